@@ -1,0 +1,60 @@
+# agent-lab: one Makefile for readers, students and instructors.
+#   make        set up, build the book, release the assignment, grade the sample submissions
+#   make test   set up, then run every test (book build and browser test included)
+# Both create .venv with the machine's python3 when it is missing or older than pyproject.toml.
+
+PYTHON3 ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PY      := $(BIN)/python
+STAMP   := $(VENV)/.installed
+# The machine keeps a CPU build of torch in /opt/wheels; use it when present so pip never pulls a CUDA build.
+FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export MPLBACKEND := Agg
+export PYTHONHASHSEED := 0
+
+SUBMISSIONS ?= autograder/samples
+
+.PHONY: all install sysdeps tour book assignments grade grade-samples test coverage bench clean
+
+all: install tour book assignments grade-samples
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON3) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(FIND_LINKS) -e '.[test]'
+	@touch $@
+
+install: $(STAMP)
+
+# System packages for the browser test (chromium) and the grading sandbox (bubblewrap).
+sysdeps:
+	@bash scripts/sysdeps.sh
+
+tour: install
+	$(BIN)/agent-lab tour
+
+book: install
+	@bash scripts/build_book.sh
+
+assignments: install
+	@bash scripts/release_assignments.sh
+
+grade: install sysdeps
+	@bash scripts/grade.sh "$(SUBMISSIONS)"
+
+grade-samples: install sysdeps assignments
+	@bash scripts/grade.sh autograder/samples
+
+test: install sysdeps
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+coverage: install
+	$(PY) -m pytest -q tests/estimators tests/test_training_api.py --cov=agent_lab.estimators --cov=agent_lab.training --cov-report=term-missing
+
+bench: install
+	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+clean:
+	rm -rf book/_build assignments/release autograder/_work .pytest_cache
