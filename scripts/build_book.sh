@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds the book into book/_build/html, strictly and offline (called by `make book`, repo root as cwd).
+#
+#  * Strict: -W -n --keep-going (any warning or broken reference fails the build) and MyST-NB's
+#    raise-on-error (any cell error fails it).
+#  * No stale outputs: notebook outputs are cached by jupyter-cache, keyed by each notebook's code
+#    cells. The cache is additionally keyed here by a hash of every src/agent_lab/**/*.py file (and the
+#    book's _config.yml): when that hash changes the whole cache is wiped, so every chapter runs again
+#    against the new package. Sphinx itself always re-reads every page (--all), so warnings are
+#    reported on every build, not only on the first.
+#  * Offline: MathJax 3 comes from the npm package mathjax@$MATHJAX_VERSION, installed once into
+#    .venv/share/agent-lab-book (git-ignored) and copied by Sphinx into _build/html/_static/mathjax.
+#    Widgets render as static figures (AGENT_LAB_STATIC_WIDGETS=1, see src/agent_lab/widgets.py).
+#
+# Environment: AGENT_LAB_BOOK_FORCE=1 wipes the cache unconditionally (always re-executes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=.venv/bin/python
+BOOK=book
+BUILD=$BOOK/_build
+CACHE=$BUILD/.jupyter_cache
+STAMP=$BUILD/.agent_lab_source_hash
+ASSETS=.venv/share/agent-lab-book
+MATHJAX_VERSION=3.2.2
+MATHJAX_DIR=$ASSETS/static/mathjax
+
+# --- 1. local MathJax --------------------------------------------------------------------------
+if [ ! -f "$MATHJAX_DIR/tex-chtml.js" ] || [ "$(cat "$ASSETS/mathjax.version" 2>/dev/null)" != "$MATHJAX_VERSION" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "error: npm is needed once to fetch mathjax@$MATHJAX_VERSION (apt-get install npm)" >&2
+    exit 1
+  fi
+  echo "installing mathjax@$MATHJAX_VERSION into $ASSETS (one time)"
+  rm -rf "$ASSETS/npm" "$MATHJAX_DIR"
+  mkdir -p "$ASSETS/npm" "$ASSETS/static"
+  npm install --prefix "$ASSETS/npm" "mathjax@$MATHJAX_VERSION" --no-audit --no-fund --no-save --loglevel=error
+  # es5/ is the browser build; copy it whole so lazily loaded components (menu, a11y) resolve locally.
+  cp -r "$ASSETS/npm/node_modules/mathjax/es5" "$MATHJAX_DIR"
+  echo "$MATHJAX_VERSION" > "$ASSETS/mathjax.version"
+fi
+
+# --- 2. execution cache keyed by the package source ---------------------------------------------
+source_hash=$(
+  { find src/agent_lab -name '*.py' -print0 | sort -z | xargs -0 sha256sum; sha256sum "$BOOK/_config.yml"; } \
+    | sha256sum | cut -d' ' -f1
+)
+if [ "${AGENT_LAB_BOOK_FORCE:-0}" = "1" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$source_hash" ]; then
+  if [ -d "$CACHE" ]; then echo "agent_lab source changed: clearing the notebook execution cache"; fi
+  rm -rf "$CACHE"
+fi
+mkdir -p "$BUILD"
+
+# --- 3. build ------------------------------------------------------------------------------------
+export AGENT_LAB_STATIC_WIDGETS=1
+export MPLBACKEND=Agg
+export PYTHONHASHSEED=0
+# One thread per kernel: the machine is small and the chapters' tensors are tiny.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
+rm -f "$STAMP"
+.venv/bin/jupyter-book build "$BOOK" --builder html --all -W -n --keep-going
+# Only a successful build validates the cache for this source hash.
+echo "$source_hash" > "$STAMP"
+echo "book built: $BUILD/html/index.html"
