@@ -1,0 +1,213 @@
+"""A decoder-only transformer with a key/value cache (book chapter "The policy as a language model").
+
+Read it top to bottom: config, the cache, attention, MLP, block, model. Shapes are in comments:
+``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
+
+The cache stores one key/value per *slot*. During a batched multi-turn rollout every row advances by the
+same number of slots per call, but a row that has nothing to feed (its action already ended, its
+observation is shorter) feeds a padding token whose slot is marked invalid and never attended to. Each
+row's real tokens therefore keep consecutive positions 0, 1, 2, ..., exactly as in a teacher-forced
+pass over the compacted transcript, which is what makes "KV-cache logits equal full recompute" hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class ModelConfig:
+    """Sizes of the policy. The default (d_model 64, 2 layers, 4 heads, ~0.1M parameters) trains on 2 CPU cores."""
+
+    vocab_size: int
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    d_ff: int | None = None  # MLP width; None -> 4 * d_model
+    max_len: int = 512  # longest transcript (learned position embeddings)
+    dropout: float = 0.0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class KVCache:
+    """Per-layer keys and values ``[B, H, S, D]`` plus ``valid [B, S]`` (False for padding slots).
+
+    ``length`` is the number of slots written; capacity doubles when a call would overflow it.
+    """
+
+    def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int, device, dtype):
+        shape = (batch, n_heads, capacity, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
+        self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.valid.shape[1]
+
+    def reserve(self, k: int) -> None:
+        """Make room for ``k`` more slots (amortised doubling)."""
+        need = self.length + k
+        if need <= self.capacity:
+            return
+        new_cap = max(need, 2 * self.capacity)
+        pad = new_cap - self.capacity
+        self.k = [F.pad(t, (0, 0, 0, pad)) for t in self.k]
+        self.v = [F.pad(t, (0, 0, 0, pad)) for t in self.v]
+        self.valid = F.pad(self.valid, (0, pad), value=False)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.dropout = cfg.dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        B, k, C = x.shape
+        q, kk, v = self.qkv(x).split(C, dim=2)
+        # (B, k, C) -> (B, H, k, D)
+        q, kk, v = (t.view(B, k, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, kk, v))
+        if cache is not None:
+            s = cache.length
+            cache.k[layer][:, :, s : s + k] = kk.to(cache.k[layer].dtype)
+            cache.v[layer][:, :, s : s + k] = v.to(cache.v[layer].dtype)
+            kk = cache.k[layer][:, :, : s + k].to(q.dtype)  # (B, H, s+k, D)
+            v = cache.v[layer][:, :, : s + k].to(q.dtype)
+        # mask: (B, 1, k, keys) bool, True = may attend
+        y = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        y = y.transpose(1, 2).contiguous().view(B, k, C)  # (B, k, C)
+        return self.proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d_ff = cfg.d_ff or 4 * cfg.d_model
+        self.fc = nn.Linear(cfg.d_model, d_ff)
+        self.out = nn.Linear(d_ff, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.out(F.gelu(self.fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(LN(x)), then x + mlp(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, mask, cache, layer):
+        x = x + self.attn(self.ln1(x), mask, cache, layer)
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyTransformer(nn.Module):
+    """Decoder-only language model pi_theta(x_j | x_<j) over the environment's words.
+
+    ``forward(input_ids, attention_mask)`` is the teacher-forced pass: logits ``[B, L, V]`` where
+    ``logits[:, j]`` predicts ``input_ids[:, j+1]``. ``step(ids, valid, cache)`` is the incremental pass
+    used by rollouts: it appends ``k`` slots to the cache and returns logits for them only.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # weight tying, as in GPT-2
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # scaled init of residual projections (GPT-2)
+            if name.endswith("proj.weight") or name.endswith("out.weight"):
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if int(positions.max()) >= self.cfg.max_len:
+            raise ValueError(f"sequence position {int(positions.max())} exceeds max_len={self.cfg.max_len}; raise ModelConfig.max_len")
+        return self.tok_emb(ids) + self.pos_emb(positions)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher-forced logits ``[B, L, V]`` for right-padded ``input_ids [B, L]``.
+
+        Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
+        enough for real positions; ``attention_mask`` additionally hides padding keys.
+        """
+        B, L = input_ids.shape
+        pos = torch.arange(L, device=input_ids.device).expand(B, L)
+        x = self._embed(input_ids, pos)
+        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
+        mask = causal[None, None]
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()[:, None, None, :]  # (B, 1, L, L)
+            mask = mask | torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padded query still sees itself
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, mask, None, i)
+        return self.head(self.ln_f(x))
+
+    def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
+        p = self.tok_emb.weight
+        hd = self.cfg.d_model // self.cfg.n_heads
+        return KVCache(self.cfg.n_layers, batch, self.cfg.n_heads, hd, capacity, p.device, dtype or p.dtype)
+
+    def step(self, ids: torch.Tensor, valid: torch.Tensor, cache: KVCache, positions: torch.Tensor) -> torch.Tensor:
+        """Incremental forward: ``ids [B, k]`` at ``positions [B, k]``; ``valid [B, k]`` False for padding.
+
+        Returns logits ``[B, k, V]``. New slot ``s+i`` may attend to slot ``j <= s+i`` if ``j`` is valid.
+        """
+        B, k = ids.shape
+        cache.reserve(k)
+        s = cache.length
+        cache.valid[:, s : s + k] = valid
+        keys_valid = cache.valid[:, : s + k]  # (B, s+k)
+        causal = torch.ones(k, s + k, dtype=torch.bool, device=ids.device).tril(diagonal=s)  # (k, s+k)
+        mask = causal[None, None] & keys_valid[:, None, None, :]
+        # a padding query with no visible key would give NaN; let it see its own slot (its output is unused)
+        own = torch.zeros(k, s + k, dtype=torch.bool, device=ids.device)
+        own[torch.arange(k), s + torch.arange(k)] = True
+        mask = mask | own[None, None]
+        x = self._embed(ids, torch.where(valid, positions, torch.zeros_like(positions)))
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, mask, cache, i)
+        cache.length = s + k
+        return self.head(self.ln_f(x))

@@ -1,0 +1,441 @@
+"""Batched multi-turn rollouts with a KV cache (book chapter "Rollouts and the tensor contract", seed 004 §9, §18).
+
+``B`` episodes advance together, turn by turn:
+
+1. *ingest*: every live row feeds its pending environment text (the prompt, or the newline that ended its
+   last action followed by the new observation and a newline) in one cached forward call;
+2. *act*: rows sample action tokens one incremental step at a time until each has produced its newline
+   (or is forced to end at ``env.max_action_words`` words);
+3. the environment steps all live rows at once and returns observations and rewards.
+
+Behaviour log-probabilities are recorded at the moment a token is sampled, under the distribution it was
+actually drawn from (structural masks, temperature, top-p); they are never recomputed from decoded text.
+The set of tokens that were allowed at each action position is kept too (``allowed_tokens``), so the
+trainer can evaluate the current policy under exactly the same masks and the importance ratio is exactly
+one while the weights have not changed (seed 004 §19).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from agent_lab.policy import TinyTransformer, WordTokenizer
+
+
+@dataclass
+class SamplingConfig:
+    """The declared sampling policy. ``decoding`` is "sampled" or "greedy" (argmax of the masked logits).
+
+    ``temperature`` divides the logits; ``top_p`` keeps the smallest set of tokens whose probability
+    reaches ``top_p`` (1.0 = no truncation); ``candidate_mask`` restricts actions to the environment's
+    ``allowed_actions()`` when it has one (the lecture's structured action mask).
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    decoding: str = "sampled"
+    candidate_mask: bool = False
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.decoding not in ("sampled", "greedy"):
+            raise ValueError(f"decoding must be 'sampled' or 'greedy', got {self.decoding!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- the sampling transform
+def masked_logprobs(logits: torch.Tensor, allowed: torch.Tensor | None, temperature: float) -> torch.Tensor:
+    """log softmax( where(allowed, logits, -inf) / temperature ) over the last axis; float32.
+
+    ``logits [..., V]``, ``allowed [..., V]`` bool (None = everything allowed). This is the distribution the
+    rollout samples from when ``top_p == 1``, and the one the trainer differentiates.
+    """
+    z = logits.float()
+    if allowed is not None:
+        z = z.masked_fill(~allowed, float("-inf"))
+    return F.log_softmax(z / temperature, dim=-1)
+
+
+def top_p_logprobs(logprobs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus truncation: keep the most likely tokens until their mass reaches ``top_p``, renormalise.
+
+    The most likely token is always kept. ``top_p == 1`` returns the input unchanged.
+    """
+    if top_p >= 1.0:
+        return logprobs
+    sorted_lp, order = logprobs.sort(dim=-1, descending=True)
+    mass_before = sorted_lp.exp().cumsum(-1) - sorted_lp.exp()  # mass of strictly more likely tokens
+    drop_sorted = mass_before >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return F.log_softmax(logprobs.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def sample_tokens(
+    logits: torch.Tensor, allowed: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Draw one token per row from the declared sampling policy; return ``(tokens [B], logprob [B])``.
+
+    The log-prob is that of the drawn token under the distribution it was drawn from (after masks,
+    temperature and top-p). For greedy decoding it is the log-prob of the argmax under the same masked,
+    tempered distribution (a point mass would give 0 for every token and carry no information).
+    """
+    lp = top_p_logprobs(masked_logprobs(logits, allowed, cfg.temperature), cfg.top_p)
+    if cfg.decoding == "greedy":
+        tok = lp.argmax(-1)
+    else:
+        tok = torch.multinomial(lp.exp(), 1, generator=generator).squeeze(-1)
+    return tok, lp.gather(-1, tok[:, None]).squeeze(-1)
+
+
+# ----------------------------------------------------------------------------- the batch
+@dataclass
+class RolloutBatch:
+    """One batch of finished episodes in the tensor contract (seed 004 §18). ``L`` tokens, ``T`` turns, ``V`` vocab.
+
+    ``action_mask[b, j]`` is True when target ``input_ids[b, j+1]`` was sampled by the policy (action words
+    and the newline ending each action); ``old_logprobs``/``turn_ids``/``allowed_tokens`` align with the same
+    targets. ``allowed_tokens[b, j]`` is the boolean set the token was drawn from (all True outside actions).
+    """
+
+    input_ids: torch.Tensor  # [B, L] long
+    attention_mask: torch.Tensor  # [B, L] bool
+    action_mask: torch.Tensor  # [B, L-1] bool
+    old_logprobs: torch.Tensor  # [B, L-1] float, 0 outside actions
+    turn_ids: torch.Tensor  # [B, L-1] long, -1 outside actions
+    allowed_tokens: torch.Tensor  # [B, L-1, V] bool
+    rewards: torch.Tensor  # [B, T] float
+    turn_mask: torch.Tensor  # [B, T] bool
+    success: torch.Tensor  # [B] bool
+    episode_return: torch.Tensor  # [B] float
+    num_turns: torch.Tensor  # [B] long
+    truncated: torch.Tensor  # [B] bool: stopped by the turn limit, not by a terminal state
+    policy_version: torch.Tensor  # [B] long
+    tasks: list = field(default_factory=list)
+    episode_logs: list = field(default_factory=list)
+    texts: list = field(default_factory=list)
+    temperature: float = 1.0
+
+    _TENSORS = (
+        "input_ids", "attention_mask", "action_mask", "old_logprobs", "turn_ids", "allowed_tokens",
+        "rewards", "turn_mask", "success", "episode_return", "num_turns", "truncated", "policy_version",
+    )
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @property
+    def num_action_tokens(self) -> torch.Tensor:
+        """Policy tokens per episode ``[B]``."""
+        return self.action_mask.sum(-1)
+
+    def to(self, device) -> RolloutBatch:
+        kw = {f.name: getattr(self, f.name) for f in fields(self)}
+        for n in self._TENSORS:
+            kw[n] = kw[n].to(device)
+        return RolloutBatch(**kw)
+
+    def select(self, index) -> RolloutBatch:
+        """Rows ``index`` (a bool mask or a list/tensor of ints), trimmed to their longest transcript."""
+        idx = torch.as_tensor(index)
+        if idx.dtype == torch.bool:
+            idx = idx.nonzero().squeeze(-1)
+        idx = idx.to(self.input_ids.device).long()
+        kw: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        for n in self._TENSORS:
+            kw[n] = kw[n][idx]
+        il = idx.tolist()
+        for n in ("tasks", "episode_logs", "texts"):
+            kw[n] = [kw[n][i] for i in il] if kw[n] else []
+        L = max(int(kw["attention_mask"].sum(-1).max()) if len(il) else 1, 2)
+        for n in ("input_ids", "attention_mask"):
+            kw[n] = kw[n][:, :L]
+        for n in ("action_mask", "old_logprobs", "turn_ids", "allowed_tokens"):
+            kw[n] = kw[n][:, : L - 1]
+        return RolloutBatch(**kw)
+
+    @staticmethod
+    def concat(batches: list[RolloutBatch], pad_id: int = 0) -> RolloutBatch:
+        """Stack batches row-wise, right-padding tokens to the longest ``L`` and turns to the longest ``T``."""
+        L = max(b.input_ids.shape[1] for b in batches)
+        T = max(b.rewards.shape[1] for b in batches)
+
+        def pad(t, n, value, dim=1):
+            p = [0, 0] * (t.dim() - dim - 1) + [0, n - t.shape[dim]]
+            return F.pad(t, p, value=value)
+
+        out: dict[str, Any] = {}
+        out["input_ids"] = torch.cat([pad(b.input_ids, L, pad_id) for b in batches])
+        out["attention_mask"] = torch.cat([pad(b.attention_mask, L, False) for b in batches])
+        out["action_mask"] = torch.cat([pad(b.action_mask, L - 1, False) for b in batches])
+        out["old_logprobs"] = torch.cat([pad(b.old_logprobs, L - 1, 0.0) for b in batches])
+        out["turn_ids"] = torch.cat([pad(b.turn_ids, L - 1, -1) for b in batches])
+        out["allowed_tokens"] = torch.cat([pad(b.allowed_tokens, L - 1, True) for b in batches])
+        out["rewards"] = torch.cat([pad(b.rewards, T, 0.0) for b in batches])
+        out["turn_mask"] = torch.cat([pad(b.turn_mask, T, False) for b in batches])
+        for n in ("success", "episode_return", "num_turns", "truncated", "policy_version"):
+            out[n] = torch.cat([getattr(b, n) for b in batches])
+        for n in ("tasks", "episode_logs", "texts"):
+            out[n] = [x for b in batches for x in getattr(b, n)]
+        out["temperature"] = batches[0].temperature
+        return RolloutBatch(**out)
+
+
+# ----------------------------------------------------------------------------- action constraints
+class _ActionConstraint:
+    """Which tokens row ``b`` may sample next: never pad/bos/unk; only ``<nl>`` after ``max_words`` words;
+    with a candidate list, only continuations of an allowed action (prefix tree over token sequences)."""
+
+    def __init__(self, tok: WordTokenizer, max_words: int, device):
+        self.tok, self.max_words, self.device = tok, max_words, device
+        base = torch.ones(len(tok), dtype=torch.bool)
+        base[list(tok.special_ids)] = False
+        self.base = base.to(device)
+        self.only_nl = torch.zeros(len(tok), dtype=torch.bool, device=device)
+        self.only_nl[tok.nl_id] = True
+
+    def masks(self, n_words: torch.Tensor, prefixes: list[list[int]], candidates: list[list[list[int]]] | None):
+        """``[B, V]`` allowed-token masks for this action step (``n_words [B]`` words sampled so far)."""
+        B = n_words.shape[0]
+        m = self.base.expand(B, -1).clone()
+        m[n_words >= self.max_words] = self.only_nl
+        if candidates is not None:
+            for b in range(B):
+                cands = candidates[b]
+                if not cands:
+                    continue
+                p, j = prefixes[b], len(prefixes[b])
+                nxt = {c[j] for c in cands if len(c) > j and c[:j] == p}
+                if nxt:
+                    row = torch.zeros(len(self.tok), dtype=torch.bool, device=self.device)
+                    row[list(nxt)] = True
+                    m[b] = row & m[b] if (row & m[b]).any() else row
+        return m
+
+
+# ----------------------------------------------------------------------------- the rollout loop
+def _env_allowed_actions(env, tok: WordTokenizer, live: list[bool]) -> list[list[list[int]]] | None:
+    fn = getattr(env, "allowed_actions", None)
+    if fn is None:
+        return None
+    acts = fn()
+    out = []
+    for b, a in enumerate(acts):
+        out.append([tok.encode(x) + [tok.nl_id] for x in a] if (live[b] and a) else [])
+    return out
+
+
+@torch.no_grad()
+def collect_rollouts(
+    policy: TinyTransformer,
+    tokenizer: WordTokenizer,
+    env,
+    tasks: list,
+    sampling: SamplingConfig | None = None,
+    generator: torch.Generator | None = None,
+    policy_version: int = 0,
+    use_cache: bool = True,
+    autocast_dtype: torch.dtype | None = None,
+) -> RolloutBatch:
+    """Play ``len(tasks)`` episodes of ``env`` with ``policy`` and return them as a :class:`RolloutBatch`.
+
+    Each episode's transcript is ``<bos> prompt <nl> action <nl> observation <nl> action <nl> ...``; only the
+    action words and the newline closing each action are policy tokens. ``use_cache=False`` recomputes the
+    whole prefix at every step (the slow reference the benchmark compares against; same samples and
+    log-probs). ``autocast_dtype`` (e.g. ``torch.bfloat16`` on CUDA) runs the forward passes under autocast.
+    """
+    sampling = sampling or SamplingConfig()
+    if len(tasks) == 0:
+        raise ValueError("tasks must be a non-empty list, got 0 tasks")
+    device = policy.tok_emb.weight.device
+    was_training = policy.training
+    policy.eval()
+    tok, B = tokenizer, len(tasks)
+    max_turns, max_words = int(env.max_turns), int(env.max_action_words)
+    constraint = _ActionConstraint(tok, max_words, device)
+    amp = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _null()
+
+    prompts = env.reset(tasks)
+    live = torch.ones(B, dtype=torch.bool)
+    pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
+    # pending policy token (the newline that closed the last action) with its log-prob, turn and mask
+    pending_meta: list[list[tuple[float, int, torch.Tensor | None]]] = [[(0.0, -1, None)] * len(x) for x in pending]
+    rewards = torch.zeros(B, max_turns)
+    turn_mask = torch.zeros(B, max_turns, dtype=torch.bool)
+    success = torch.zeros(B, dtype=torch.bool)
+    truncated = torch.zeros(B, dtype=torch.bool)
+    logs: list[list[dict]] = [[] for _ in range(B)]
+
+    # slot-major records, concatenated along slots at the end: ids, valid, action?, logprob, turn, allowed
+    rec_ids, rec_valid, rec_act, rec_lp, rec_turn, rec_allowed = [], [], [], [], [], []
+    V = len(tok)
+    all_true = torch.ones(V, dtype=torch.bool, device=device)
+    cache = policy.new_cache(B, capacity=64) if use_cache else None
+    n_pos = torch.zeros(B, dtype=torch.long, device=device)  # real tokens fed so far per row
+
+    def feed(ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids [B, k]`` (``valid [B, k]``); return logits ``[B, k, V]`` for the new slots."""
+        nonlocal n_pos
+        k = ids.shape[1]
+        pos = n_pos[:, None] + valid.long().cumsum(1) - 1
+        with amp:
+            if use_cache:
+                logits = policy.step(ids, valid, cache, pos)
+            else:  # reference path: rebuild the compacted prefix and run the full model
+                logits = _recompute_logits(policy, rec_ids, rec_valid, valid)
+        n_pos = n_pos + valid.long().sum(1)
+        return logits.float()
+
+    def record(ids, valid, act, lp, turn, allowed):
+        rec_ids.append(ids), rec_valid.append(valid), rec_act.append(act)
+        rec_lp.append(lp), rec_turn.append(turn), rec_allowed.append(allowed)
+
+    def flush_pending(run_model: bool) -> torch.Tensor | None:
+        """Feed each row's pending tokens as one right-padded chunk; logits at each row's last token."""
+        k = max((len(p) for p in pending), default=0)
+        if k == 0:
+            return None
+        ids = torch.full((B, k), tok.pad_id, dtype=torch.long)
+        valid = torch.zeros(B, k, dtype=torch.bool)
+        act = torch.zeros(B, k, dtype=torch.bool)
+        lp = torch.zeros(B, k)
+        turn = torch.full((B, k), -1, dtype=torch.long)
+        allowed = all_true.expand(B, k, V).clone()
+        for b, p in enumerate(pending):
+            if p:
+                ids[b, : len(p)] = torch.tensor(p)
+                valid[b, : len(p)] = True
+                for j, (l, t, a) in enumerate(pending_meta[b]):
+                    if a is not None:
+                        act[b, j], lp[b, j], turn[b, j], allowed[b, j] = True, l, t, a
+        ids, valid = ids.to(device), valid.to(device)
+        record(ids, valid, act.to(device), lp.to(device), turn.to(device), allowed)
+        lens = torch.tensor([len(p) for p in pending], device=device)
+        for b in range(B):
+            pending[b], pending_meta[b] = [], []
+        if not run_model:
+            return None
+        logits = feed(ids, valid)
+        return logits[torch.arange(B, device=device), (lens - 1).clamp(min=0)]  # (B, V)
+
+    for t in range(max_turns):
+        last_logits = flush_pending(run_model=True)  # (B, V): next-token distribution at each row's end
+        live_list = live.tolist()
+        cands = _env_allowed_actions(env, tok, live_list) if sampling.candidate_mask else None
+        acting = live.clone().to(device)
+        n_words = torch.zeros(B, dtype=torch.long, device=device)
+        prefixes: list[list[int]] = [[] for _ in range(B)]
+        while bool(acting.any()):
+            allowed = constraint.masks(n_words, prefixes, cands)
+            new_tok, new_lp = sample_tokens(last_logits, allowed, sampling, generator)
+            is_nl = new_tok == tok.nl_id
+            for b in acting.nonzero().squeeze(-1).tolist():
+                if bool(is_nl[b]):  # the newline is fed with the next observation chunk
+                    pending[b].append(tok.nl_id)
+                    pending_meta[b].append((float(new_lp[b]), t, allowed[b]))
+                else:
+                    prefixes[b].append(int(new_tok[b]))
+            words = acting & ~is_nl
+            acting = words
+            if not bool(words.any()):
+                break
+            ids = torch.where(words, new_tok, torch.full_like(new_tok, tok.pad_id))[:, None]
+            record(ids, words[:, None], words[:, None], torch.where(words, new_lp, 0.0)[:, None],
+                   torch.where(words, t, -1)[:, None], torch.where(words[:, None], allowed, all_true)[:, None])
+            last_logits = feed(ids, words[:, None])[:, 0]
+            n_words = n_words + words.long()
+        actions = [tok.decode(p) if live_list[b] else "" for b, p in enumerate(prefixes)]
+        step = env.step(actions)
+        for b in range(B):
+            if not live_list[b]:
+                continue
+            r = float(step.rewards[b])
+            rewards[b, t], turn_mask[b, t] = r, True
+            done_b, trunc_b = bool(step.done[b]), bool(step.truncated[b])
+            success[b] = bool(step.success[b])
+            info = step.info[b] if step.info is not None else None
+            logs[b].append({"turn": t, "sampled": actions[b], "observation": step.observations[b],
+                            "reward": r, "info": info})
+            if done_b or trunc_b or t == max_turns - 1:
+                live[b] = False
+                truncated[b] = trunc_b or (not done_b)
+            else:
+                obs_ids = tok.encode(step.observations[b]) + [tok.nl_id]
+                pending[b].extend(obs_ids)
+                pending_meta[b].extend([(0.0, -1, None)] * len(obs_ids))
+        if not bool(live.any()):
+            break
+    flush_pending(run_model=False)  # the newline closing each final action
+
+    ids = torch.cat(rec_ids, 1)
+    valid = torch.cat(rec_valid, 1)
+    batch = _compact(ids, valid, torch.cat(rec_act, 1), torch.cat(rec_lp, 1), torch.cat(rec_turn, 1),
+                     torch.cat(rec_allowed, 1), tok.pad_id)
+    n_turns = turn_mask.sum(-1)
+    if was_training:
+        policy.train()
+    input_ids = batch["input_ids"]
+    return RolloutBatch(
+        input_ids=input_ids, attention_mask=batch["attention_mask"], action_mask=batch["action_mask"],
+        old_logprobs=batch["old_logprobs"], turn_ids=batch["turn_ids"], allowed_tokens=batch["allowed_tokens"],
+        rewards=rewards.to(device), turn_mask=turn_mask.to(device), success=success.to(device),
+        episode_return=(rewards * turn_mask).sum(-1).to(device), num_turns=n_turns.to(device),
+        truncated=truncated.to(device), policy_version=torch.full((B,), int(policy_version), device=device),
+        tasks=list(tasks), episode_logs=logs,
+        texts=[tok.decode(row[m].tolist()) for row, m in zip(input_ids.cpu(), batch["attention_mask"].cpu())],
+        temperature=sampling.temperature,
+    )
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def _compact(ids, valid, act, lp, turn, allowed, pad_id) -> dict:
+    """Remove padding slots: each row's valid slots move left, in order. Per-token records that describe
+    token ``i`` (sampled or not) become per-target records at index ``i-1`` (targets are ``input_ids[:, 1:]``)."""
+    B, S = ids.shape
+    n = valid.sum(1)
+    L = int(n.max())
+    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)[:, :L]  # valid slots first, in order
+    gather = lambda x: x.gather(1, order)  # noqa: E731
+    am = torch.arange(L, device=ids.device)[None] < n[:, None]
+    out = {
+        "input_ids": torch.where(am, gather(ids), pad_id),
+        "attention_mask": am,
+        "action_mask": (gather(act) & am)[:, 1:],
+        "old_logprobs": torch.where(am, gather(lp), 0.0)[:, 1:],
+        "turn_ids": torch.where(am, gather(turn), -1)[:, 1:],
+        "allowed_tokens": allowed.gather(1, order[:, :, None].expand(-1, -1, allowed.shape[-1]))[:, 1:],
+    }
+    out["allowed_tokens"] = out["allowed_tokens"] | ~out["action_mask"][:, :, None]
+    return out
+
+
+def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
+    """No-cache reference: run the full model over each row's compacted transcript so far (the records
+    already end with the new chunk, whose validity is ``valid [B, k]``) and return the chunk's logits
+    ``[B, k, V]`` (padding slots get the logits of the row's preceding token; they are unused)."""
+    all_ids = torch.cat(rec_ids, 1)
+    all_valid = torch.cat(rec_valid, 1)
+    n = all_valid.sum(1)
+    L = int(n.max())
+    order = torch.argsort((~all_valid).to(torch.int8), dim=1, stable=True)[:, :L]
+    am = torch.arange(L, device=all_ids.device)[None] < n[:, None]
+    logits = policy(all_ids.gather(1, order), am)  # (B, L, V)
+    # position of each new slot in the compacted row: real tokens before it
+    n_before = n - valid.sum(1)
+    pos = (n_before[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)
+    return logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))
