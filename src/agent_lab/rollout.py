@@ -227,9 +227,11 @@ def _env_allowed_actions(env, tok: WordTokenizer, live: list[bool]) -> list[list
     if fn is None:
         return None
     acts = fn()
+    if acts is None:  # the environment's masking is switched off
+        return None
     out = []
     for b, a in enumerate(acts):
-        out.append([tok.encode(x) + [tok.nl_id] for x in a] if (live[b] and a) else [])
+        out.append([tok.encode(x) + [tok.nl_id] for x in sorted(a)] if (live[b] and a) else [])
     return out
 
 
@@ -389,7 +391,7 @@ def collect_rollouts(
         rewards=rewards.to(device), turn_mask=turn_mask.to(device), success=success.to(device),
         episode_return=(rewards * turn_mask).sum(-1).to(device), num_turns=n_turns.to(device),
         truncated=truncated.to(device), policy_version=torch.full((B,), int(policy_version), device=device),
-        tasks=list(tasks), episode_logs=logs,
+        tasks=list(tasks), episode_logs=env.episode_logs() if hasattr(env, "episode_logs") else logs,
         texts=[tok.decode(row[m].tolist()) for row, m in zip(input_ids.cpu(), batch["attention_mask"].cpu())],
         temperature=sampling.temperature,
     )
@@ -439,3 +441,69 @@ def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
     n_before = n - valid.sum(1)
     pos = (n_before[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)
     return logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))
+
+
+def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None) -> RolloutBatch:
+    """The planner's demonstrations for ``tasks`` as a :class:`RolloutBatch` (for SFT and ReST-style losses).
+
+    Transcripts have exactly the rollout layout (``<bos> obs <nl> action <nl> obs <nl> ...``); the
+    demonstrated actions are replayed through ``env`` so rewards, success and logs are the environment's
+    own. ``allowed_tokens`` holds the same structural masks a rollout uses (no special tokens, newline
+    forced after ``max_action_words`` words), so SFT fits the distribution the rollout samples from.
+    ``old_logprobs`` is 0: the demonstrator is not a policy with known token probabilities.
+    """
+    tok = tokenizer
+    device = device or torch.device("cpu")
+    demos = env.demonstrations(tasks)
+    constraint = _ActionConstraint(tok, int(env.max_action_words), torch.device("cpu"))
+    env.reset(tasks)
+    T = max(len(d) for d in demos)
+    rewards = torch.zeros(len(tasks), max(T, 1))
+    turn_mask = torch.zeros(len(tasks), max(T, 1), dtype=torch.bool)
+    success = torch.zeros(len(tasks), dtype=torch.bool)
+    for t in range(T):
+        step = env.step([d[t][1] if t < len(d) else "" for d in demos])
+        for b, d in enumerate(demos):
+            if t < len(d):
+                rewards[b, t], turn_mask[b, t] = float(step.rewards[b]), True
+                success[b] = bool(step.success[b])
+    rows_ids, rows_act, rows_turn, rows_allowed = [], [], [], []
+    for d in demos:
+        ids, act, turn, allowed = [tok.bos_id], [False], [-1], [constraint.base.new_ones(len(tok))]
+        for t, (obs, action) in enumerate(d):
+            o = tok.encode(obs) + [tok.nl_id]  # the prompt, then the observation after each action
+            ids += o
+            act += [False] * len(o)
+            turn += [-1] * len(o)
+            allowed += [constraint.base.new_ones(len(tok))] * len(o)
+            a = tok.encode(action) + [tok.nl_id]
+            for j, x in enumerate(a):
+                n_words = torch.tensor([j])
+                allowed.append(constraint.masks(n_words, [a[:j]], None)[0])
+                ids.append(x)
+                act.append(True)
+                turn.append(t)
+        rows_ids.append(ids), rows_act.append(act), rows_turn.append(turn), rows_allowed.append(torch.stack(allowed))
+    L = max(len(x) for x in rows_ids)
+    B, V = len(tasks), len(tok)
+    input_ids = torch.full((B, L), tok.pad_id, dtype=torch.long)
+    am = torch.zeros(B, L, dtype=torch.bool)
+    act_t = torch.zeros(B, L, dtype=torch.bool)
+    turn_t = torch.full((B, L), -1, dtype=torch.long)
+    allowed_t = torch.ones(B, L, V, dtype=torch.bool)
+    for b in range(B):
+        n = len(rows_ids[b])
+        input_ids[b, :n] = torch.tensor(rows_ids[b])
+        am[b, :n] = True
+        act_t[b, :n] = torch.tensor(rows_act[b])
+        turn_t[b, :n] = torch.tensor(rows_turn[b])
+        allowed_t[b, :n] = rows_allowed[b]
+    batch = RolloutBatch(
+        input_ids=input_ids, attention_mask=am, action_mask=act_t[:, 1:], old_logprobs=torch.zeros(B, L - 1),
+        turn_ids=turn_t[:, 1:], allowed_tokens=allowed_t[:, 1:], rewards=rewards, turn_mask=turn_mask,
+        success=success, episode_return=(rewards * turn_mask).sum(-1), num_turns=turn_mask.sum(-1),
+        truncated=torch.zeros(B, dtype=torch.bool), policy_version=torch.full((B,), -1, dtype=torch.long),
+        tasks=list(tasks), episode_logs=env.episode_logs() if hasattr(env, "episode_logs") else [],
+        texts=[tok.decode(r[m].tolist()) for r, m in zip(input_ids, am)],
+    )
+    return batch.to(device)

@@ -1,0 +1,180 @@
+"""Frozen-checkpoint evaluation on held-out tasks (book chapter "Evaluating an agent").
+
+Evaluation is separate from training: it loads a checkpoint (or takes a policy and copies nothing into
+it), runs without gradients under a declared decoding ("greedy" or "sampled" with a temperature), and
+reports the success rate with a 95% Wilson interval next to the environment planner's exact optimum on
+the *same* tasks, and the gap between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.rollout import SamplingConfig, collect_rollouts
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion ``p_hat = successes / n``.
+
+    ``(p + z^2/2n -/+ z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)``; unlike the normal interval it stays
+    inside [0, 1] and is not degenerate at p_hat = 0 or 1. ``z = 1.96`` gives 95%.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, n={n}], got {successes}")
+    p = successes / n
+    den = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EvalReport:
+    """Success of a frozen policy on ``n`` tasks with its 95% CI, the planner's optimum and the gap."""
+
+    env: str
+    split: str
+    decoding: str
+    n: int
+    successes: int
+    success: float
+    ci_low: float
+    ci_high: float
+    optimum: float  # the planner's exact success on the same tasks
+    gap: float  # optimum - success
+    mean_return: float
+    mean_turns: float
+    temperature: float = 1.0
+    by_group: dict = field(default_factory=dict)  # e.g. crafting depth -> {n, success, optimum}
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        s = (f"{self.env}/{self.split} {self.decoding}: success {self.success:.3f} "
+             f"[{self.ci_low:.3f}, {self.ci_high:.3f}] on {self.n} tasks; planner {self.optimum:.3f}, "
+             f"gap {self.gap:+.3f}")
+        for g, r in sorted(self.by_group.items(), key=lambda kv: str(kv[0])):
+            s += f"\n  {g}: success {r['success']:.3f} (n={r['n']}), planner {r['optimum']:.3f}"
+        return s
+
+
+def save_checkpoint(path: str | Path, policy: TinyTransformer, tokenizer: WordTokenizer, **extra: Any) -> Path:
+    """Write model config, weights, tokenizer and anything in ``extra`` (JSON-like or tensors) to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"model_config": policy.cfg.to_dict(), "model": policy.state_dict(), "tokenizer": tokenizer.state_dict()}
+    state.update(extra)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TinyTransformer, WordTokenizer, dict]:
+    """Rebuild ``(policy, tokenizer, state)`` from :func:`save_checkpoint`'s file; the policy is in eval mode."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "checkpoint.pt"
+    if not path.exists():
+        raise ValueError(f"checkpoint {str(path)!r} does not exist")
+    state = torch.load(path, map_location=device, weights_only=False)
+    policy = TinyTransformer(ModelConfig(**state["model_config"])).to(device)
+    policy.load_state_dict(state["model"])
+    policy.eval()
+    return policy, WordTokenizer.from_state_dict(state["tokenizer"]), state
+
+
+def _task_group(task: Any) -> Any:
+    """Group key for per-level reports: a task's ``depth`` or ``level`` if it has one."""
+    if isinstance(task, dict):
+        for k in ("depth", "level"):
+            if k in task:
+                return f"{k} {task[k]}"
+    return None
+
+
+def _planner_success(env, tasks: list) -> list[float]:
+    """Per-task planner success (``env.optimal_success`` on one task at a time, or a batch mean)."""
+    return [float(env.optimal_success([t])) for t in tasks]
+
+
+@torch.no_grad()
+def evaluate(
+    policy_or_checkpoint: TinyTransformer | str | Path,
+    env,
+    split: str = "test",
+    decoding: str = "greedy",
+    *,
+    tasks: list | None = None,
+    tokenizer: WordTokenizer | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    candidate_mask: bool = False,
+    seed: int = 0,
+    batch_size: int = 1024,
+    samples_per_task: int = 1,
+    device: str | torch.device | None = None,
+) -> EvalReport:
+    """Evaluate a frozen policy on held-out tasks; return an :class:`EvalReport`.
+
+    ``env`` is an environment or its name (built with ``make_env``); ``tasks`` defaults to
+    ``env.eval_tasks(split)``. ``decoding="sampled"`` draws ``samples_per_task`` episodes per task at
+    ``temperature`` with a generator seeded by ``seed``. No gradients are taken and the policy's weights
+    are left untouched (it is put in eval mode for the duration).
+    """
+    if isinstance(policy_or_checkpoint, (str, Path)):
+        policy, tokenizer, _ = load_checkpoint(policy_or_checkpoint, device or "cpu")
+    else:
+        policy = policy_or_checkpoint
+        if tokenizer is None:
+            raise ValueError("tokenizer must be given when evaluating a policy object (not a checkpoint path)")
+    if isinstance(env, str):
+        from agent_lab.envs import make_env
+
+        env = make_env(env)
+    sampling = SamplingConfig(temperature=temperature, top_p=top_p, decoding=decoding, candidate_mask=candidate_mask)
+    if tasks is None:
+        tasks = list(env.eval_tasks(split))
+    if not tasks:
+        raise ValueError(f"no evaluation tasks for split {split!r}")
+    if not isinstance(samples_per_task, int) or samples_per_task < 1:
+        raise ValueError(f"samples_per_task must be a positive int, got {samples_per_task!r}")
+    if decoding == "greedy":
+        samples_per_task = 1
+    run = [t for t in tasks for _ in range(samples_per_task)]
+    dev = policy.tok_emb.weight.device
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    succ, rets, turns = [], [], []
+    for i in range(0, len(run), batch_size):
+        b = collect_rollouts(policy, tokenizer, env, run[i : i + batch_size], sampling, gen)
+        succ += b.success.tolist()
+        rets += b.episode_return.tolist()
+        turns += b.num_turns.tolist()
+    opt = _planner_success(env, tasks)
+    opt_run = [o for o in opt for _ in range(samples_per_task)]
+    n, k = len(run), int(sum(succ))
+    lo, hi = wilson_interval(k, n)
+    groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0})
+    for task, s, o in zip(run, succ, opt_run):
+        g = _task_group(task)
+        if g is not None:
+            groups[g]["n"] += 1
+            groups[g]["successes"] += int(s)
+            groups[g]["opt"] += o
+    by_group = {g: {"n": v["n"], "success": v["successes"] / v["n"], "optimum": v["opt"] / v["n"]} for g, v in groups.items()}
+    optimum = sum(opt_run) / n
+    return EvalReport(
+        env=getattr(env, "name", type(env).__name__), split=split, decoding=decoding, n=n, successes=k,
+        success=k / n, ci_low=lo, ci_high=hi, optimum=optimum, gap=optimum - k / n,
+        mean_return=sum(rets) / n, mean_turns=sum(turns) / n, temperature=temperature, by_group=by_group,
+    )
