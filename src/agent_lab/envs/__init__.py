@@ -1,0 +1,49 @@
+"""Environments for agent RL: number search and crafting, their text protocol and exact planners.
+
+``make_env(name, **options)`` builds one by name; every environment follows the contract in
+ARCHITECTURE.md ("Environment contract"): ``vocabulary()``, ``max_turns``, ``max_action_words``,
+``sample_tasks``, ``eval_tasks``, ``splits``, ``reset``, ``step`` -> :class:`StepBatch`,
+``optimal_success``, ``demonstrations``, ``episode_logs`` and the module-level :func:`replay`.
+Book chapters: "Demonstration likelihood and task reward are different objectives" (number search and
+its dynamic programme) and "Trajectories couple a policy to an environment".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_lab.envs.base import INVALID_RULES, ReplayMismatch, StepBatch, TextEnv, replay
+from agent_lab.envs.number_search import NumberSearch
+from agent_lab.envs.number_search_dp import (
+    NumberSearchDP,
+    PolicyEvaluation,
+    median_policy,
+    sequential_policy,
+    uniform_consistent_policy,
+)
+
+__all__ = [
+    "make_env",
+    "ENV_NAMES",
+    "NumberSearch",
+    "NumberSearchDP",
+    "PolicyEvaluation",
+    "StepBatch",
+    "TextEnv",
+    "INVALID_RULES",
+    "ReplayMismatch",
+    "replay",
+    "median_policy",
+    "sequential_policy",
+    "uniform_consistent_policy",
+]
+
+_REGISTRY: dict[str, type[TextEnv]] = {"number-search": NumberSearch}
+ENV_NAMES = tuple(_REGISTRY)
+
+
+def make_env(name: str, **options: Any) -> TextEnv:
+    """Build the environment called ``name`` with keyword ``options`` (see each class for its options)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known environments: {sorted(_REGISTRY)}")
+    return _REGISTRY[name](**options)
