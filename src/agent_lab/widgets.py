@@ -377,23 +377,161 @@ def degenerate_group_explorer(
 # ----------------------------------------------------------------------------------------------
 # 3. Number-search playground (chapter "Demonstration likelihood and task reward")
 # ----------------------------------------------------------------------------------------------
-def number_search_table(*args: Any, **kwargs: Any) -> dict:  # filled in once agent_lab.envs has its planner
-    raise NotImplementedError("number_search_table needs the exact planner of agent_lab.envs")
+def number_search_table(history: Sequence[tuple[int | None, str]] = (), n: int = 16, k: int = 4,
+                        reward: str = "binary") -> dict:
+    r"""What the playground shows for a history: candidates, :math:`V^*(h)` and :math:`Q^*(h, a)` for every guess.
+
+    Values come from :class:`agent_lab.envs.NumberSearchDP` (success probability for ``reward="binary"``,
+    expected return :math:`1 - 0.05T` for ``"length"``), the hidden number being uniform on the candidates.
+    Returns ``candidates`` ``(lo, hi)``, ``turn`` (guesses made), ``value``, ``q`` (dict guess -> value) and
+    ``optimal`` (the guesses attaining the maximum). Book chapter: ``ch-demonstrations``.
+    """
+    from agent_lab.envs.number_search_dp import candidates_after
+
+    dp = _dp(n, k, reward)
+    history = tuple((g, f) for g, f in history)
+    q = {a: v for a, v in dp.q_values(history).items() if a is not None}
+    return {
+        "candidates": candidates_after(history, n),
+        "turn": len(history),
+        "value": dp.value(history),
+        "q": q,
+        "optimal": dp.optimal_actions(history),
+    }
 
 
-def number_search_figure(*args: Any, **kwargs: Any) -> Figure:
-    raise NotImplementedError("number_search_figure needs the exact planner of agent_lab.envs")
+def _dp(n: int, k: int, reward: str):  # one planner per setting: its memo table is reused by every query
+    from agent_lab.envs import NumberSearchDP
+
+    key = (n, k, reward)
+    if key not in _DP_CACHE:
+        _DP_CACHE[key] = NumberSearchDP(n=n, k=k, reward=reward)
+    return _DP_CACHE[key]
+
+
+_DP_CACHE: dict = {}
+
+
+def _play(hidden: int, guesses: Sequence[int], n: int, k: int, reward: str) -> list[dict]:
+    """Play ``guesses`` against the real environment; one record per turn (history before it, answer, reward)."""
+    from agent_lab.envs import make_env
+
+    env = make_env("number-search", n=n, guesses=k, reward=reward)
+    env.reset([hidden])
+    history: list[tuple[int | None, str]] = []
+    records = []
+    for g in guesses:
+        if env.done[0]:
+            raise ValueError(f"guesses {list(guesses)!r} continue after the episode ended (hidden number {hidden})")
+        step = env.step([f"guess {g}"])
+        records.append({"history": tuple(history), "guess": g, "feedback": step.observations[0],
+                        "reward": float(step.rewards[0]), "done": bool(step.done[0])})
+        history.append((g if step.info[0]["action"] is not None else None, step.observations[0]))
+    return records
+
+
+def number_search_figure(hidden: int = 11, guesses: Sequence[int] = (8, 12, 10, 11), n: int = 16, k: int = 4,
+                         reward: str = "binary") -> Figure:
+    """One panel per turn of a scripted game: :math:`Q^*` of every guess, the chosen guess and the answer."""
+    records = _play(hidden, guesses, n, k, reward)
+    fig, axes = plt.subplots(len(records), 1, figsize=(8, 1.7 * len(records) + 0.4), sharex=True, squeeze=False)
+    xs = list(range(1, n + 1))
+    for ax, rec in zip(axes[:, 0], records):
+        t = number_search_table(rec["history"], n, k, reward)
+        colors = ["tab:green" if a in t["optimal"] else "0.7" for a in xs]
+        ax.bar(xs, [t["q"][a] for a in xs], color=colors)
+        ax.bar([rec["guess"]], [t["q"][rec["guess"]]], color="none", edgecolor="k", lw=2)
+        lo, hi = t["candidates"]
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("Q*")
+        ax.set_title(f"turn {t['turn'] + 1}: candidates {lo}..{hi}, V* = {t['value']:.4g}; "
+                     f"guess {rec['guess']} (Q* = {t['q'][rec['guess']]:.4g}) -> {rec['feedback']}", fontsize=9)
+    axes[-1, 0].set_xticks(xs)
+    axes[-1, 0].set_xlabel("guess (green: optimal, black outline: the guess made)")
+    fig.suptitle(f"number search, hidden number {hidden}, {k} guesses", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 class NumberSearchPlayground(_Explorer):
-    """Play number search: guess buttons, the feedback, V* of the history and Q* of every guess."""
+    """Play number search: guess buttons, the feedback, V* of the history and Q* of every guess.
+
+    Drive it from code with :meth:`guess` and :meth:`new_game`; ``summary`` holds the numbers shown.
+    """
+
+    def __init__(self, hidden: int = 11, n: int = 16, k: int = 4, reward: str = "binary", draw: bool = True) -> None:
+        import ipywidgets as w
+
+        self.n, self.k, self.reward, self.draw = n, k, reward, draw
+        _dp(n, k, reward)  # validates n, k, reward
+        self.hidden = w.BoundedIntText(value=hidden, min=1, max=n, description="hidden")
+        self.new_game_button = w.Button(description="new game")
+        self.buttons = [w.Button(description=str(a), layout=w.Layout(width="3.2em")) for a in range(1, n + 1)]
+        for a, b in zip(range(1, n + 1), self.buttons):
+            b.on_click(lambda _b, a=a: self.guess(a))
+        self.new_game_button.on_click(lambda _b: self.new_game())
+        self.hidden.observe(lambda _c: self.new_game(), names="value")
+        super().__init__([w.HBox([self.hidden, self.new_game_button]), w.HBox(self.buttons)])
+        self.new_game()
+
+    def new_game(self) -> None:
+        """Start over with the current hidden number."""
+        from agent_lab.envs import make_env
+
+        self.env = make_env("number-search", n=self.n, guesses=self.k, reward=self.reward)
+        self.env.reset([int(self.hidden.value)])
+        self.history: list[tuple[int | None, str]] = []
+        self.rewards: list[float] = []
+        self.update()
+
+    def guess(self, a: int) -> str:
+        """Make guess ``a`` in the environment; returns its answer (``higher``, ``lower``, ``correct``)."""
+        if self.env.done[0]:
+            raise ValueError("the game is over; call new_game() to play again")
+        step = self.env.step([f"guess {a}"])
+        self.history.append((a if step.info[0]["action"] is not None else None, step.observations[0]))
+        self.rewards.append(float(step.rewards[0]))
+        self.update()
+        return step.observations[0]
+
+    def update(self) -> None:
+        over = bool(self.env.done[0])
+        moves = ", ".join(f"{g} -> {f}" for g, f in self.history) or "(none yet)"
+        rows = [("guesses so far", moves), ("return so far", f"{sum(self.rewards):g}")]
+        fig = None
+        if over:
+            self.summary = {"over": True, "return": sum(self.rewards), "history": list(self.history)}
+            rows.append(("game over", "found it" if self.history[-1][1] == "correct" else "out of guesses"))
+        else:
+            t = number_search_table(self.history, self.n, self.k, self.reward)
+            self.summary = {"over": False, "return": sum(self.rewards), "history": list(self.history), **t}
+            lo, hi = t["candidates"]
+            rows += [
+                ("candidates", f"{lo}..{hi} ({hi - lo + 1} numbers), {self.k - t['turn']} guesses left"),
+                ("V*(history)", f"{t['value']:.4f}"),
+                ("optimal guesses", ", ".join(map(str, t["optimal"]))),
+            ]
+            if self.draw:
+                fig, ax = plt.subplots(figsize=(8, 2.2))
+                xs = list(range(1, self.n + 1))
+                ax.bar(xs, [t["q"][a] for a in xs],
+                       color=["tab:green" if a in t["optimal"] else "0.7" for a in xs])
+                ax.set_xticks(xs)
+                ax.set_ylim(0, 1.05)
+                ax.set_ylabel("Q*(history, guess)")
+        self._show(rows, fig)
 
 
 def number_search_playground(
-    hidden: int = 11, *, guesses: Sequence[int] = (8, 12, 10, 11), mode: str = "auto",
-    chapter: str = "book/part1/00_demonstrations_vs_reward.md",
+    hidden: int = 11, *, guesses: Sequence[int] = (8, 12, 10, 11), n: int = 16, k: int = 4, reward: str = "binary",
+    mode: str = "auto", chapter: str = "book/part1/00_demonstrations_vs_reward.md",
 ) -> NumberSearchPlayground | StaticView:
-    """The number-search playground (live widget or static figure of the scripted game ``guesses``)."""
-    raise NotImplementedError("number_search_playground needs the exact planner of agent_lab.envs")
-
-
+    """The number-search playground (live) or, in the book, the figure of the scripted game ``guesses``."""
+    if resolve_mode(mode) == "live":
+        return NumberSearchPlayground(hidden, n, k, reward)
+    records = _play(hidden, guesses, n, k, reward)
+    summary = {"turns": [{**number_search_table(r["history"], n, k, reward), "guess": r["guess"],
+                          "feedback": r["feedback"]} for r in records],
+               "return": sum(r["reward"] for r in records)}
+    return StaticView(_figure_png(number_search_figure(hidden, guesses, n, k, reward)), _check_chapter(chapter),
+                      summary)
