@@ -5,19 +5,22 @@
 #    raise-on-error (any cell error fails it).
 #  * No stale outputs: notebook outputs are cached by jupyter-cache, keyed by each notebook's code
 #    cells. The cache is additionally keyed here by a hash of every src/agent_lab/**/*.py file (and the
-#    book's _config.yml): when that hash changes the whole cache is wiped, so every chapter runs again
+#    book's _config.yml and pyproject.toml): when that hash changes the whole cache is wiped, so every chapter runs again
 #    against the new package. Sphinx itself always re-reads every page (--all), so warnings are
 #    reported on every build, not only on the first.
 #  * Offline: MathJax 3 comes from the npm package mathjax@$MATHJAX_VERSION, installed once into
 #    .venv/share/agent-lab-book (git-ignored) and copied by Sphinx into _build/html/_static/mathjax.
 #    Widgets render as static figures (AGENT_LAB_STATIC_WIDGETS=1, see src/agent_lab/widgets.py).
 #
-# Environment: AGENT_LAB_BOOK_FORCE=1 wipes the cache unconditionally (always re-executes).
+# Environment: AGENT_LAB_BOOK_FORCE=1 wipes the cache unconditionally (always re-executes);
+# AGENT_LAB_BOOK_DIR and AGENT_LAB_SOURCE_DIR (defaults book, src/agent_lab) let the staleness test
+# build a small book against a scratch package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=.venv/bin/python
-BOOK=book
+BOOK=${AGENT_LAB_BOOK_DIR:-book}
+SOURCE=${AGENT_LAB_SOURCE_DIR:-src/agent_lab}
 BUILD=$BOOK/_build
 CACHE=$BUILD/.jupyter_cache
 STAMP=$BUILD/.agent_lab_source_hash
@@ -42,11 +45,11 @@ fi
 
 # --- 2. execution cache keyed by the package source ---------------------------------------------
 source_hash=$(
-  { find src/agent_lab -name '*.py' -print0 | sort -z | xargs -0 sha256sum; sha256sum "$BOOK/_config.yml"; } \
+  { find "$SOURCE" -name '*.py' -print0 | sort -z | xargs -0 sha256sum; sha256sum "$BOOK/_config.yml" pyproject.toml; } \
     | sha256sum | cut -d' ' -f1
 )
 if [ "${AGENT_LAB_BOOK_FORCE:-0}" = "1" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$source_hash" ]; then
-  if [ -d "$CACHE" ]; then echo "agent_lab source changed: clearing the notebook execution cache"; fi
+  if [ -d "$CACHE" ]; then echo "package source ($SOURCE) changed: clearing the notebook execution cache"; fi
   rm -rf "$CACHE"
 fi
 mkdir -p "$BUILD"
@@ -58,6 +61,7 @@ export PYTHONHASHSEED=0
 # One thread per kernel: the machine is small and the chapters' tensors are tiny.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 rm -f "$STAMP"
+rm -rf "$BUILD/html"  # no page of a renamed or deleted chapter survives
 .venv/bin/jupyter-book build "$BOOK" --builder html --all -W -n --keep-going
 # Only a successful build validates the cache for this source hash.
 echo "$source_hash" > "$STAMP"
