@@ -68,10 +68,12 @@ def group_standardized_advantages(
     eps = float(eps)
     if not eps >= 0.0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
-    grouped, centred, _ = _grouped(rewards, group_size, minimum=2 if unbiased else 1)
+    _, centred, flat = _grouped(rewards, group_size, minimum=2 if unbiased else 1)
     divisor = group_size - 1 if unbiased else group_size
     std = (centred.square().sum(dim=1, keepdim=True) / divisor).sqrt()
-    return (centred / (std + eps)).reshape(-1)
+    # All-equal groups have centred == 0 exactly; divide them by 1 so that eps=0 gives 0, not 0/0.
+    scale = torch.where(flat, torch.ones_like(std), std + eps)
+    return (centred / scale).reshape(-1)
 
 
 def rloo_advantages(rewards: Any, group_size: int) -> Tensor:
