@@ -27,6 +27,12 @@ __all__ = [
 
 
 def _probability(p: Any) -> Tensor:
+    # Plain Python numbers become float64: these are closed-form figures quoted to several digits.
+    if not isinstance(p, Tensor):
+        try:
+            p = torch.as_tensor(p, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"p must be a probability or a tensor of probabilities, got {p!r}") from exc
     p = as_float_tensor("p", p)
     if bool(((p < 0) | (p > 1)).any()):
         raise ValueError(f"p must lie in [0, 1], got values in [{float(p.min())!r}, {float(p.max())!r}]")
