@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent_lab.envs.base import INVALID_RULES, ReplayMismatch, StepBatch, TextEnv, replay
+from agent_lab.envs.crafting import Crafting
 from agent_lab.envs.number_search import NumberSearch
 from agent_lab.envs.number_search_dp import (
     NumberSearchDP,
@@ -26,6 +27,7 @@ __all__ = [
     "make_env",
     "ENV_NAMES",
     "NumberSearch",
+    "Crafting",
     "NumberSearchDP",
     "PolicyEvaluation",
     "StepBatch",
@@ -38,7 +40,7 @@ __all__ = [
     "uniform_consistent_policy",
 ]
 
-_REGISTRY: dict[str, type[TextEnv]] = {"number-search": NumberSearch}
+_REGISTRY: dict[str, type[TextEnv]] = {"number-search": NumberSearch, "crafting": Crafting}
 ENV_NAMES = tuple(_REGISTRY)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "ReplayMismatch", "tokens_of", "check_choice", "check_int"]
+__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "ReplayMismatch", "tokens_of", "check_bool", "check_choice", "check_int"]
 
 #: The declared rules for a malformed or impossible action (seed 000 section 3):
 #: ``"spend_turn"`` answers ``invalid`` and uses up one turn; ``"end_episode"`` answers ``invalid``
@@ -83,6 +83,13 @@ def check_int(name: str, value: Any, low: int, high: int | None = None) -> int:
     if value < low or (high is not None and value > high):
         bound = f">= {low}" if high is None else f"in [{low}, {high}]"
         raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a ``ValueError`` naming ``name``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
     return value
 
 

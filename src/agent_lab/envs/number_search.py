@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_lab.envs.base import TextEnv, as_rng, check_choice, check_int
+from agent_lab.envs.base import TextEnv, as_rng, check_bool, check_choice, check_int
 from agent_lab.envs.number_search_dp import REWARD_KINDS, NumberSearchDP, parse_guess
 
 __all__ = ["NumberSearch"]
@@ -65,8 +65,7 @@ class NumberSearch(TextEnv):
         n = check_int("n", n, 1, 999)
         guesses = check_int("guesses", guesses, 1, 64)
         check_choice("reward", reward, REWARD_KINDS)
-        if not isinstance(mask_actions, bool):
-            raise ValueError(f"mask_actions must be True or False, got {mask_actions!r}")
+        check_bool("mask_actions", mask_actions)
         super().__init__(
             invalid_action=invalid_action,
             turn_limit=turn_limit,

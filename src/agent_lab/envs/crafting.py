@@ -1,0 +1,328 @@
+"""Crafting, a small text-only Minecraft-like task (after TextCraft), as a batched text environment.
+
+A task is a world dict from :func:`~agent_lab.envs.crafting_world.generate_world` (goal, base items,
+recipes, the recipes shown, the step budget). Text protocol::
+
+    goal wire                        <- prompt: goal, the listed recipes (needed ones and distractors),
+    recipes                             "item yield = ingredient count ...", the base items, the budget
+    hinge 1 = scroll 2
+    wire 1 = mortar 1 hinge 1
+    mortar 2 = oar 2
+    copper 1 = scroll 1
+    base oar scroll
+    steps 7
+    get scroll 2                     <- action
+    ok                               <- observation: result, inventory, steps left
+    inventory scroll 2
+    steps 6
+
+Actions: ``get <item> <n>`` (a base item, ``1 <= n <= max_get``) and ``craft <item>`` (consumes the
+recipe's ingredients, adds its yield). Crafting the goal ends the episode with reward 1 and result
+``success``. Anything else -- unparseable text, an unknown item, a count out of range, getting a
+craftable item, crafting a base item or without the ingredients -- is invalid and handled by the
+declared rule ``invalid_action`` (``"spend_turn"``: answer ``invalid``, use the step; ``"end_episode"``:
+answer ``invalid``, reward 0). Running out of steps ends the episode with reward 0.
+
+Optional shaping (``shaping``), always potential-based so that with ``shaping_gamma`` equal to the
+trainer's discount it leaves the optimal policies unchanged (Ng et al. 1999; book chapter on shaping in
+:mod:`agent_lab.estimators.shaping`): ``"first_craft"`` uses the potential
+``scale * (needed intermediates crafted at least once) / (needed intermediates)``, so the first craft
+of each needed intermediate earns ``scale / m``; ``"distance"`` uses ``-scale * (planner steps to go) /
+(planner steps at the start)``. Terminal states get the potential's final value (``scale`` and ``0``),
+so the shaping of a whole episode sums to a constant. ``StepBatch.success`` and the log's
+``task_reward`` are always unshaped.
+
+Evaluation splits, fixed by seed ranges: ``"test"`` new worlds at the trained levels, ``"held_out_goals"``
+goals from :data:`~agent_lab.envs.crafting_world.HELD_OUT_GOALS` (never a training goal), ``"deeper"``
+worlds one level deeper than trained. Book chapter: "Trajectories couple a policy to an environment".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent_lab.envs.base import TextEnv, as_rng, check_bool, check_choice, check_int
+from agent_lab.envs.crafting_world import (
+    ITEM_NAMES,
+    LEVELS,
+    MAX_STACK,
+    goal_tree,
+    check_world,
+    craft_counts,
+    generate_world,
+    item_depths,
+    optimal_steps,
+    plan_length,
+    shortest_plan,
+)
+
+__all__ = ["Crafting", "SHAPINGS"]
+
+SHAPINGS = ("none", "first_craft", "distance")
+# Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
+_SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
+_KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
+
+
+@dataclass
+class _Episode:
+    world: dict
+    inventory: dict[str, int] = field(default_factory=dict)
+    turns: int = 0
+    crafted: set[str] = field(default_factory=set)
+    needed: frozenset[str] = frozenset()
+    depths: dict[str, int] = field(default_factory=dict)
+    start_steps: int = 1
+    solved: bool = False
+
+
+class Crafting(TextEnv):
+    """Batched crafting (see the module docstring). Tasks are world dicts."""
+
+    name = "crafting"
+    max_action_words = 3
+    splits = ("test", "held_out_goals", "deeper")
+
+    def __init__(
+        self,
+        train_levels: Sequence[int] = (1, 2, 3),
+        deeper_level: int | None = None,
+        max_get: int = 8,
+        shaping: str = "none",
+        shaping_scale: float = 0.1,
+        shaping_gamma: float = 1.0,
+        mask_actions: bool = False,
+        eval_size: int = 60,
+        invalid_action: str = "spend_turn",
+        turn_limit: int | None = None,
+    ):
+        if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
+            raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
+        levels = sorted({check_int("train_levels entry", lv, min(LEVELS), max(LEVELS)) for lv in train_levels})
+        if deeper_level is None:
+            deeper_level = min(max(levels) + 1, max(LEVELS))
+        deeper_level = check_int("deeper_level", deeper_level, min(LEVELS), max(LEVELS))
+        max_get = check_int("max_get", max_get, 1, MAX_STACK)
+        check_choice("shaping", shaping, SHAPINGS)
+        check_bool("mask_actions", mask_actions)
+        shaping_gamma = float(shaping_gamma)
+        if not 0.0 < shaping_gamma <= 1.0:
+            raise ValueError(f"shaping_gamma must lie in (0, 1], got {shaping_gamma}")
+        super().__init__(
+            invalid_action=invalid_action,
+            turn_limit=turn_limit,
+            train_levels=levels,
+            deeper_level=deeper_level,
+            max_get=max_get,
+            shaping=shaping,
+            shaping_scale=float(shaping_scale),
+            shaping_gamma=shaping_gamma,
+            mask_actions=mask_actions,
+            eval_size=check_int("eval_size", eval_size, 1),
+        )
+        self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
+        self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
+        self.mask_actions, self.eval_size = mask_actions, eval_size
+        # An upper bound on any episode's length: the longest plan a level admits plus its slack.
+        self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in [*levels, deeper_level])
+        self._get_texts = {n: str(n) for n in range(1, max_get + 1)}
+
+    # ----- tasks ---------------------------------------------------------------------------------
+    def vocabulary(self) -> list[str]:
+        """Item names, the protocol's keywords and the numbers 0..99."""
+        numbers = [str(i) for i in range(max(MAX_STACK, self.max_turns) + 1)]
+        return list(ITEM_NAMES) + _KEYWORDS + numbers
+
+    def _levels_of(self, split: str) -> list[int]:
+        return [self.deeper_level] if split == "deeper" else self.train_levels
+
+    def _world(self, seed: int, level: int, split: str) -> dict:
+        pool = "held_out" if split == "held_out_goals" else "train"
+        return generate_world(_SPLIT_SEEDS[split] + seed, level, pool, self.max_get)
+
+    def sample_tasks(self, seed_or_rng: Any, n: int, split: str = "train") -> list[dict]:
+        """``n`` worlds with random seeds of ``split``'s range (training seeds: 0..999999)."""
+        check_choice("split", split, ("train", *self.splits))
+        n = check_int("n", n, 1)
+        rng = as_rng(seed_or_rng)
+        levels = self._levels_of(split)
+        seeds = rng.integers(0, 1_000_000, size=n)
+        picks = rng.integers(0, len(levels), size=n)
+        return [self._world(int(s), levels[int(p)], split) for s, p in zip(seeds, picks)]
+
+    def eval_tasks(self, split: str = "test", n: int | None = None) -> list[dict]:
+        """The fixed evaluation worlds of ``split``: seeds 0..n-1 of its range, levels in turn."""
+        check_choice("split", split, self.splits)
+        n = self.eval_size if n is None else check_int("n", n, 1)
+        levels = self._levels_of(split)
+        return [self._world(i, levels[i % len(levels)], split) for i in range(n)]
+
+    def _check_task(self, task: Any) -> dict:
+        world = check_world(task, self.max_get)
+        if world["budget"] > self.max_turns:
+            raise ValueError(f"world['budget'] = {world['budget']} exceeds this environment's max_turns {self.max_turns}")
+        return world
+
+    # ----- the dynamics --------------------------------------------------------------------------
+    def _new_state(self, world: dict) -> _Episode:
+        needed = frozenset(x for x in goal_tree(world) if x in world["recipes"] and x != world["goal"])
+        state = _Episode(world, needed=needed, depths=item_depths(world))
+        state.start_steps = max(1, self._steps_to_go(state))
+        return state
+
+    def _steps_to_go(self, state: _Episode) -> int:
+        crafts, fetch = craft_counts(state.world, state.inventory, state.depths)
+        return plan_length(crafts, fetch, self.max_get)
+
+    def _prompt(self, state: _Episode) -> str:
+        world = state.world
+        lines = [f"goal {world['goal']}", "recipes"]
+        shown_base = set()
+        for item in world["shown"]:
+            recipe = world["recipes"][item]
+            needs = " ".join(f"{y} {n}" for y, n in recipe["needs"].items())
+            lines.append(f"{item} {recipe['yield']} = {needs}")
+            shown_base.update(y for y in recipe["needs"] if y not in world["recipes"])
+        lines.append("base " + " ".join(sorted(shown_base)))
+        lines.append(f"steps {world['budget']}")
+        return "\n".join(lines)
+
+    def _observation(self, result: str, state: _Episode) -> str:
+        inv = state.inventory
+        items = " ".join(f"{x} {inv[x]}" for x in sorted(inv)) if inv else "empty"
+        return f"{result}\ninventory {items}\nsteps {state.world['budget'] - state.turns}"
+
+    def _parse(self, words: list[str], state: _Episode) -> tuple[list | None, str | None]:
+        world = state.world
+        if len(words) == 3 and words[0] == "get":
+            item, digits = words[1], words[2]
+            if item not in world["recipes"] and item not in world["base"]:
+                return None, "unknown item"
+            if item in world["recipes"]:
+                return None, "not a base item"
+            if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
+                return None, "not a number"
+            count = int(digits)
+            if not 1 <= count <= self.max_get:
+                return None, f"count out of range 1..{self.max_get}"
+            if state.inventory.get(item, 0) + count > MAX_STACK:
+                return None, "inventory full"
+            return ["get", item, count], None
+        if len(words) == 2 and words[0] == "craft":
+            item = words[1]
+            if item not in world["recipes"]:
+                return None, "unknown item" if item not in world["base"] else "base item"
+            if any(state.inventory.get(y, 0) < n for y, n in world["recipes"][item]["needs"].items()):
+                return None, "missing ingredients"
+            if state.inventory.get(item, 0) + world["recipes"][item]["yield"] > MAX_STACK:
+                return None, "inventory full"
+            return ["craft", item], None
+        return None, "expected 'get <item> <n>' or 'craft <item>'"
+
+    def _execute(self, state: _Episode, action: list) -> tuple[str, float, bool]:
+        state.turns += 1
+        inv = state.inventory
+        if action[0] == "get":
+            inv[action[1]] = inv.get(action[1], 0) + action[2]
+            return self._observation("ok", state), 0.0, False
+        item = action[1]
+        recipe = state.world["recipes"][item]
+        for y, n in recipe["needs"].items():
+            left = inv[y] - n
+            if left:
+                inv[y] = left
+            else:
+                del inv[y]
+        inv[item] = inv.get(item, 0) + recipe["yield"]
+        state.crafted.add(item)
+        if item == state.world["goal"]:
+            state.solved = True
+            return self._observation("success", state), 1.0, True
+        return self._observation("ok", state), 0.0, False
+
+    def _invalid_observation(self, state: _Episode) -> str:
+        state.turns += 1
+        return self._observation("invalid", state)
+
+    def _turns_left(self, state: _Episode) -> int:
+        return state.world["budget"] - state.turns
+
+    # ----- shaping (potential-based) -------------------------------------------------------------
+    def _potential(self, state: _Episode, done: bool) -> float:
+        """``Phi(s)`` of the chosen shaping; terminal states get its final value."""
+        if self.shaping == "first_craft":
+            if not state.needed:
+                return 0.0
+            if done:
+                return self.shaping_scale
+            return self.shaping_scale * len(state.crafted & state.needed) / len(state.needed)
+        if done:
+            return 0.0
+        return -self.shaping_scale * self._steps_to_go(state) / state.start_steps
+
+    def _snapshot(self, state: _Episode) -> float | None:
+        return None if self.shaping == "none" else self._potential(state, False)
+
+    def _shaping(self, before: float | None, state: _Episode, done: bool) -> float:
+        if before is None:
+            return 0.0
+        # F(s, s') = gamma * Phi(s') - Phi(s)  (Ng, Harada and Russell 1999)
+        return self.shaping_gamma * self._potential(state, done) - before
+
+    def allowed_actions(self) -> list[frozenset[str]] | None:
+        """Per episode, every action text that would execute (empty once over); ``None`` if masking is off."""
+        if not self.mask_actions:
+            return None
+        out = []
+        for state, done in zip(self._states, self._done):
+            if done:
+                out.append(frozenset())
+                continue
+            world, inv = state.world, state.inventory
+            texts = [
+                f"get {b} {n}" for b in world["base"] for n in range(1, self.max_get + 1) if inv.get(b, 0) + n <= MAX_STACK
+            ]
+            texts += [
+                f"craft {x}"
+                for x, r in world["recipes"].items()
+                if all(inv.get(y, 0) >= n for y, n in r["needs"].items()) and inv.get(x, 0) + r["yield"] <= MAX_STACK
+            ]
+            out.append(frozenset(texts))
+        return out
+
+    # ----- the exact planner ---------------------------------------------------------------------
+    def optimal_steps(self, task: dict) -> int:
+        """The planner's minimal number of steps for ``task`` from an empty inventory."""
+        return optimal_steps(self._check_task(task), max_get=self.max_get)
+
+    def _play_plans(self, tasks: Sequence[dict]) -> tuple[list[list[tuple[str, str]]], list[bool]]:
+        """Run the planner's plans in a private copy of this environment (the current batch is untouched)."""
+        if isinstance(tasks, (str, bytes, dict)) or len(tasks) == 0:
+            raise ValueError("tasks must be a non-empty list of crafting worlds")
+        twin = Crafting(**self.options)
+        prompts = twin.reset(list(tasks))
+        plans = [shortest_plan(s.world, max_get=self.max_get) for s in twin._states]
+        demos: list[list[tuple[str, str]]] = [[] for _ in plans]
+        last = list(prompts)
+        for turn in range(max(len(p) for p in plans)):
+            texts = [p[turn] if turn < len(p) else "" for p in plans]
+            for i, p in enumerate(plans):
+                if turn < len(p):
+                    demos[i].append((last[i], p[turn]))
+            last = twin.step(texts).observations
+        return demos, [bool(s) for s in twin._success]
+
+    def optimal_success(self, tasks: Sequence[dict]) -> float:
+        """The planner's success rate over ``tasks``, measured by executing its plans (1.0 on valid worlds)."""
+        _, solved = self._play_plans(tasks)
+        return sum(solved) / len(solved)
+
+    def demonstrations(self, tasks: Sequence[dict]) -> list[list[tuple[str, str]]]:
+        """Per task, the shortest plan as ``[(observation before the action, action text), ...]``."""
+        return self._play_plans(tasks)[0]
+
+    def item_depths(self, task: dict) -> dict[str, int]:
+        """Depth of every item of ``task`` (0 for base items)."""
+        return item_depths(self._check_task(task))

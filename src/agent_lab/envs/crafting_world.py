@@ -1,0 +1,376 @@
+"""Crafting worlds: generation from a seed, validation, difficulty levels and the exact planner.
+
+A world (also the crafting task, a JSON dict) has a goal item, base items that can be fetched with
+``get <item> <n>``, and one recipe per craftable item, ``item y = a n_a b n_b ...`` (one craft consumes
+``n_a`` of ``a`` and ``n_b`` of ``b`` and yields ``y`` of ``item``). Modelled on TextCraft (ADaPT,
+Prasad et al. 2023), scaled down for a tiny language model trained from scratch: 30-60 single-word
+items, recipe depth 1-4, 1-3 ingredients, and a few *distractor* recipes that reuse the goal's
+ingredients but are not needed.
+
+Exact planner. Let ``c(x)`` be how often ``x`` is crafted and ``D(x) = sum_p c(p) n_p(x)`` the units of
+``x`` consumed by crafting its parents ``p``. With the goal crafted once and inventory ``I``,
+
+.. math:: c(\\text{goal}) = 1,\\qquad c(x) = \\Big\\lceil \\frac{\\max(0, D(x) - I(x))}{y(x)} \\Big\\rceil,
+          \\qquad g(b) = \\Big\\lceil \\frac{\\max(0, D(b) - I(b))}{G} \\Big\\rceil
+
+for craftable ``x`` and base ``b`` (``G``: the most one ``get`` fetches), evaluated parents-first. Every
+plan must craft ``x`` at least ``c(x)`` times (units of ``x`` come only from the inventory or from
+crafting, ``y(x)`` per craft; by induction from the goal down), and fetch ``b`` in at least ``g(b)``
+gets, so ``sum c + sum g`` steps is a lower bound; fetching first and then crafting children before
+parents attains it. Tests check it against breadth-first search over inventory states.
+Book chapter: "Trajectories couple a policy to an environment" (the crafting example).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agent_lab.envs.base import check_choice, check_int
+
+__all__ = [
+    "ITEM_NAMES",
+    "HELD_OUT_GOALS",
+    "Level",
+    "LEVELS",
+    "MAX_STACK",
+    "generate_world",
+    "check_world",
+    "item_depths",
+    "craft_counts",
+    "optimal_steps",
+    "plan_length",
+    "shortest_plan",
+    "bfs_min_steps",
+    "goal_tree",
+]
+
+# Single-word item names. Every world draws its 30-60 items from this pool.
+ITEM_NAMES: tuple[str, ...] = tuple(
+    """
+    anvil arrow axe bandage banner barrel basket beacon bed bell boat bone book bottle bow bowl bread brick
+    bucket cake candle carpet cart chain chair charcoal chest clay clock cloth coal compass copper cord
+    crown dagger dye emerald feather fence flint flour furnace gear glass glove gold granite gravel hammer
+    helmet hinge hoe honey hook iron jar kelp ladder lamp lantern lead leather lens lever log loom map
+    marble mortar nail net oar paper pick pipe plank pot quartz rail resin rod rope ruby saddle salt sand
+    saw scroll shears shield sign silk slab sled soap spear spool stick stone string sugar sword tar tile
+    torch trap wagon wax wheel wheat wire wool
+    """.split()
+)
+# Goal items held out of training: never a training goal, always the goal of the held-out split.
+HELD_OUT_GOALS: frozenset[str] = frozenset(ITEM_NAMES[i] for i in range(0, len(ITEM_NAMES), 6))
+_NAME_SET = frozenset(ITEM_NAMES)
+_WORD = re.compile(r"^[a-z]+$")
+
+#: The most units of one item the inventory holds (a ``get`` beyond it is invalid).
+MAX_STACK = 99
+
+
+@dataclass(frozen=True)
+class Level:
+    """A difficulty level: goal depth, distractor recipes, ingredient counts, yields, plan length, slack."""
+
+    depth: int
+    distractors: int
+    max_count: int
+    max_ingredients: int
+    max_yield: int
+    max_plan: int
+    slack: int
+
+
+#: Levels 1-3 are trained by default; level 4 is the "deeper" evaluation split.
+LEVELS: dict[int, Level] = {
+    1: Level(depth=1, distractors=1, max_count=1, max_ingredients=2, max_yield=1, max_plan=4, slack=2),
+    2: Level(depth=2, distractors=2, max_count=2, max_ingredients=2, max_yield=2, max_plan=7, slack=2),
+    3: Level(depth=3, distractors=2, max_count=2, max_ingredients=2, max_yield=2, max_plan=9, slack=3),
+    4: Level(depth=4, distractors=3, max_count=2, max_ingredients=3, max_yield=2, max_plan=14, slack=3),
+}
+
+
+# ----- validation --------------------------------------------------------------------------------
+def check_world(world: Any, max_get: int = 8) -> dict:
+    """Validate a world dict and return it; ``ValueError`` names the first problem.
+
+    Required keys: ``goal`` (str), ``base`` (list of item names), ``recipes`` ({item: {"yield": int,
+    "needs": {ingredient: count}}}), ``shown`` (recipe items listed in the prompt, in order), ``budget``
+    (int turns). Checks: names from :data:`ITEM_NAMES`, known ingredients, counts and yields >= 1, no
+    recipe for a base item, no cycle, the goal craftable, every needed amount within :data:`MAX_STACK`
+    and the budget no shorter than the optimal plan.
+    """
+    if not isinstance(world, Mapping):
+        raise ValueError(f"a crafting task must be a dict (a world), got {type(world).__name__}")
+    missing = {"goal", "base", "recipes", "shown", "budget"} - set(world)
+    if missing:
+        raise ValueError(f"crafting task is missing keys {sorted(missing)}")
+    base, recipes = world["base"], world["recipes"]
+    if not isinstance(base, list) or not base:
+        raise ValueError(f"world['base'] must be a non-empty list of item names, got {base!r}")
+    if not isinstance(recipes, Mapping) or not recipes:
+        raise ValueError("world['recipes'] must be a non-empty dict {item: {'yield': n, 'needs': {...}}}")
+    for name in list(base) + list(recipes):
+        _check_name(name)
+    if len(set(base)) != len(base):
+        raise ValueError(f"world['base'] lists an item twice: {base!r}")
+    both = set(base) & set(recipes)
+    if both:
+        raise ValueError(f"base items cannot have recipes, got recipes for {sorted(both)}")
+    known = set(base) | set(recipes)
+    for item, recipe in recipes.items():
+        if not isinstance(recipe, Mapping) or set(recipe) != {"yield", "needs"}:
+            raise ValueError(f"recipe of {item!r} must be {{'yield': n, 'needs': {{item: count}}}}, got {recipe!r}")
+        check_int(f"yield of {item!r}", recipe["yield"], 1, MAX_STACK)
+        needs = recipe["needs"]
+        if not isinstance(needs, Mapping) or not needs:
+            raise ValueError(f"recipe of {item!r} needs at least one ingredient, got {needs!r}")
+        for ingredient, count in needs.items():
+            if ingredient not in known:
+                raise ValueError(f"recipe of {item!r} uses unknown item {ingredient!r}; known items: {sorted(known)}")
+            check_int(f"count of {ingredient!r} in the recipe of {item!r}", count, 1, MAX_STACK)
+    depths = item_depths(world)  # raises on a cycle
+    goal = world["goal"]
+    if goal not in recipes:
+        raise ValueError(f"goal {goal!r} must be a craftable item (one with a recipe)")
+    shown = world["shown"]
+    if not isinstance(shown, list) or any(s not in recipes for s in shown):
+        raise ValueError(f"world['shown'] must list items with recipes, got {shown!r}")
+    budget = check_int("world['budget']", world["budget"], 1, 999)
+    crafts, fetch = craft_counts(world, {}, depths)
+    too_many = {x: n for x, n in {**fetch, **{x: c * recipes[x]["yield"] for x, c in crafts.items()}}.items()
+                if n > MAX_STACK}
+    if too_many:
+        raise ValueError(f"the goal needs more than {MAX_STACK} units of {sorted(too_many)}: cannot be built")
+    steps = plan_length(crafts, fetch, max_get)
+    if budget < steps:
+        raise ValueError(f"world['budget'] = {budget} is shorter than the optimal plan ({steps} steps)")
+    return world
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not _WORD.match(name):
+        raise ValueError(f"item names must be single lower-case words, got {name!r}")
+    if name not in _NAME_SET:
+        raise ValueError(f"unknown item name {name!r}: names must come from crafting_world.ITEM_NAMES")
+
+
+def item_depths(world: Mapping) -> dict[str, int]:
+    """Depth of every item: 0 for base items, ``1 + max depth of its ingredients`` otherwise.
+
+    Raises ``ValueError`` if the recipes contain a cycle.
+    """
+    recipes = world["recipes"]
+    depth: dict[str, int] = {b: 0 for b in world["base"]}
+    visiting: set[str] = set()
+
+    def visit(item: str) -> int:
+        if item in depth:
+            return depth[item]
+        if item in visiting:
+            raise ValueError(f"the recipes contain a cycle through {item!r}")
+        visiting.add(item)
+        d = 1 + max(visit(i) for i in recipes[item]["needs"])
+        visiting.discard(item)
+        depth[item] = d
+        return d
+
+    for item in recipes:
+        visit(item)
+    return depth
+
+
+# ----- the exact planner --------------------------------------------------------------------------
+def craft_counts(
+    world: Mapping, inventory: Mapping[str, int], depths: Mapping[str, int] | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """``(c, f)``: minimal crafts ``c(x)`` per craftable item and units ``f(b)`` to fetch per base item.
+
+    Demand flows from the goal (crafted once) to ingredients, parents before children (decreasing
+    depth), net of the inventory; see the module docstring. Items with zero counts are left out.
+    """
+    recipes = world["recipes"]
+    depths = depths if depths is not None else item_depths(world)
+    demand: dict[str, int] = {}
+    crafts: dict[str, int] = {}
+    fetch: dict[str, int] = {}
+    for item in sorted(goal_tree(world), key=lambda x: -depths[x]):
+        if item == world["goal"]:
+            count = 1
+        else:
+            short = max(0, demand.get(item, 0) - int(inventory.get(item, 0)))
+            if item not in recipes:
+                if short:
+                    fetch[item] = short
+                continue
+            count = -(-short // recipes[item]["yield"])
+        if count:
+            crafts[item] = count
+            for ingredient, n in recipes[item]["needs"].items():
+                demand[ingredient] = demand.get(ingredient, 0) + count * n
+    return crafts, fetch
+
+
+def plan_length(crafts: Mapping[str, int], fetch: Mapping[str, int], max_get: int) -> int:
+    """``sum_x c(x) + sum_b ceil(f(b) / max_get)``: the steps of the plan given by :func:`craft_counts`."""
+    return sum(crafts.values()) + sum(math.ceil(n / max_get) for n in fetch.values())
+
+
+def optimal_steps(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> int:
+    """The minimal number of steps that craft the goal from ``inventory`` (empty by default)."""
+    crafts, fetch = craft_counts(world, inventory or {})
+    return plan_length(crafts, fetch, max_get)
+
+
+def shortest_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
+    """A shortest plan as action texts: every ``get`` first, then crafts children before parents."""
+    depths = item_depths(world)
+    crafts, fetch = craft_counts(world, inventory or {}, depths)
+    plan = []
+    for item in sorted(fetch):
+        left = fetch[item]
+        while left > 0:
+            plan.append(f"get {item} {min(left, max_get)}")
+            left -= max_get
+    for item in sorted(crafts, key=lambda x: (depths[x], x)):
+        plan += [f"craft {item}"] * crafts[item]
+    return plan
+
+
+def bfs_min_steps(
+    world: Mapping, max_get: int = 8, max_steps: int = 12, inventory: Mapping[str, int] | None = None
+) -> int | None:
+    """Breadth-first search over inventory states for the fewest steps that craft the goal.
+
+    Exhaustive over every ``get b n`` (``1 <= n <= max_get``, stack at most :data:`MAX_STACK`) and every
+    craftable ``craft x``, from ``inventory`` (empty by default); exponential, for checking the planner
+    on small worlds only. ``None`` if the goal is not reached within ``max_steps``.
+    """
+    recipes, base, goal = world["recipes"], list(world["base"]), world["goal"]
+    items = sorted(set(base) | set(recipes))
+    index = {x: i for i, x in enumerate(items)}
+    needs = {x: [(index[i], n) for i, n in r["needs"].items()] for x, r in recipes.items()}
+    start = tuple(int((inventory or {}).get(x, 0)) for x in items)
+    frontier, seen = deque([(start, 0)]), {start}
+    while frontier:
+        state, steps = frontier.popleft()
+        if steps >= max_steps:
+            continue
+        successors = []
+        for b in base:
+            i = index[b]
+            for n in range(1, max_get + 1):
+                if state[i] + n <= MAX_STACK:
+                    successors.append((i, n, ()))
+        for x, need in needs.items():
+            if all(state[i] >= n for i, n in need):
+                if x == goal:
+                    return steps + 1
+                successors.append((index[x], recipes[x]["yield"], need))
+        for i, gain, need in successors:
+            nxt = list(state)
+            for j, n in need:
+                nxt[j] -= n
+            nxt[i] = min(MAX_STACK, nxt[i] + gain)
+            key = tuple(nxt)
+            if key not in seen:
+                seen.add(key)
+                frontier.append((key, steps + 1))
+    return None
+
+
+# ----- generation ---------------------------------------------------------------------------------
+def generate_world(seed: int, level: int = 1, goal_pool: str = "train", max_get: int = 8) -> dict:
+    """A world from ``seed`` at ``level`` (see :data:`LEVELS`), as a JSON-serialisable task dict.
+
+    ``goal_pool="train"`` draws the goal from names outside :data:`HELD_OUT_GOALS`, ``"held_out"`` from
+    inside. The draw is retried (with the next stream of the same seed) until the goal has exactly the
+    level's depth, enough distractors exist and the optimal plan fits ``max_plan``; a level whose
+    parameters admit no such world raises ``ValueError``. The budget is the optimal plan plus the slack.
+    """
+    seed = check_int("seed", seed, 0)
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
+    check_choice("goal_pool", goal_pool, ("train", "held_out"))
+    spec = LEVELS[level]
+    for attempt in range(200):
+        # Python's Random (string seeds hash with SHA-512, the same on every run) is several times faster
+        # than numpy for these many small draws.
+        world = _draw_world(random.Random(f"crafting/{seed}/{level}/{goal_pool}/{attempt}"), spec, goal_pool)
+        if world is None:
+            continue
+        steps = optimal_steps(world, max_get=max_get)
+        if steps <= spec.max_plan:
+            world.update(seed=seed, level=level, budget=steps + spec.slack)
+            return world
+    raise ValueError(f"no world with the parameters of level {level} ({asdict(spec)}) was found for seed {seed}")
+
+
+def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
+    goals = sorted(HELD_OUT_GOALS) if goal_pool == "held_out" else [x for x in ITEM_NAMES if x not in HELD_OUT_GOALS]
+    goal = rng.choice(goals)
+    others = [x for x in ITEM_NAMES if x != goal]
+    n_items = rng.randint(30, 60)
+    names = [goal] + rng.sample(others, n_items - 1)
+    n_base = rng.randint(4, 8)
+    base = names[1 : 1 + n_base]
+    craftable = names[1 + n_base :]
+    # Depths 1..depth for the other craftable items (each depth at least once), the goal at the top.
+    top = max(spec.depth, 2)
+    layer = {x: 0 for x in base}
+    for i, x in enumerate(craftable):
+        layer[x] = 1 + i % top if i < top else rng.randint(1, top)
+    layer[goal] = spec.depth
+    by_layer: dict[int, list[str]] = {}
+    for x, d in layer.items():
+        by_layer.setdefault(d, []).append(x)
+    recipes: dict[str, dict] = {}
+    for x in [goal] + craftable:
+        d = layer[x]
+        lower = [y for y in layer if layer[y] < d and y != x]
+        k = rng.randint(1, spec.max_ingredients)
+        first = rng.choice([y for y in by_layer[d - 1] if y != x])
+        rest = [y for y in lower if y != first]
+        picks = [first] + rng.sample(rest, min(k - 1, len(rest)))
+        recipes[x] = {
+            "yield": rng.randint(1, spec.max_yield),
+            "needs": {y: rng.randint(1, spec.max_count) for y in picks},
+        }
+    recipes[goal]["yield"] = 1
+    world = {"goal": goal, "base": sorted(base), "recipes": recipes}
+    tree = goal_tree(world)
+    ingredients = tree - {goal}
+    # Distractors: recipes outside the goal's tree that reuse its ingredients (rewired if too few).
+    outside = [x for x in craftable if x not in tree]
+    natural = [x for x in outside if ingredients & set(recipes[x]["needs"])]
+    rng.shuffle(natural)
+    distractors = natural[: spec.distractors]
+    spare = [x for x in outside if x not in distractors]
+    tree_base = sorted(ingredients & set(base))
+    while len(distractors) < spec.distractors and spare and tree_base:
+        x = spare.pop(rng.randrange(len(spare)))
+        needs = dict(recipes[x]["needs"])
+        needs.pop(next(iter(needs)))
+        needs[rng.choice(tree_base)] = rng.randint(1, spec.max_count)
+        recipes[x]["needs"] = needs  # base items have depth 0, so the rewiring cannot make a cycle
+        distractors.append(x)
+    if len(distractors) < spec.distractors or item_depths(world)[goal] != spec.depth:
+        return None
+    shown = sorted(tree & set(recipes)) + distractors
+    rng.shuffle(shown)
+    world["shown"] = shown
+    return world
+
+
+def goal_tree(world: Mapping) -> set[str]:
+    """The goal and every item its recipe needs, transitively."""
+    recipes, seen, pending = world["recipes"], {world["goal"]}, [world["goal"]]
+    while pending:
+        for y in recipes.get(pending.pop(), {"needs": {}})["needs"]:
+            if y not in seen:
+                seen.add(y)
+                pending.append(y)
+    return seen

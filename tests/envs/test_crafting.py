@@ -1,0 +1,355 @@
+"""Crafting: world generation, the exact planner against breadth-first search, protocol and rules."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_lab.envs import Crafting, make_env, replay
+from agent_lab.envs.crafting_world import (
+    HELD_OUT_GOALS,
+    ITEM_NAMES,
+    LEVELS,
+    bfs_min_steps,
+    check_world,
+    generate_world,
+    goal_tree,
+    item_depths,
+    optimal_steps,
+    shortest_plan,
+)
+
+
+def tiny_world(draw_ints: list[int], n_base: int, n_craft: int) -> dict:
+    """A small random world: items ITEM_NAMES[:n_base] are base, the next n_craft are craftable in order."""
+    it = iter(draw_ints)
+    base = list(ITEM_NAMES[:n_base])
+    craftable = list(ITEM_NAMES[n_base : n_base + n_craft])
+    recipes = {}
+    for j, x in enumerate(craftable):
+        pool = base + craftable[:j]
+        k = 1 + next(it) % min(3, len(pool))
+        start = next(it) % len(pool)
+        picks = [pool[(start + 2 * m) % len(pool)] for m in range(k)]
+        recipes[x] = {"yield": 1 + next(it) % 3, "needs": {y: 1 + next(it) % 3 for y in dict.fromkeys(picks)}}
+    goal = craftable[-1]
+    return {"goal": goal, "base": base, "recipes": recipes, "shown": list(recipes), "budget": 99}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40),
+    n_base=st.integers(1, 3),
+    n_craft=st.integers(1, 3),
+    max_get=st.integers(1, 3),
+)
+def test_planner_minimum_equals_breadth_first_search_on_small_worlds(ints, n_base, n_craft, max_get):
+    world = tiny_world(ints, n_base, n_craft)
+    steps = optimal_steps(world, max_get=max_get)
+    if steps > 7:  # keep the exhaustive search fast
+        return
+    assert bfs_min_steps(world, max_get=max_get, max_steps=steps) == steps
+    assert bfs_min_steps(world, max_get=max_get, max_steps=steps - 1) is None
+    assert len(shortest_plan(world, max_get=max_get)) == steps
+
+
+@settings(max_examples=30, deadline=None)
+@given(ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40), held=st.lists(st.integers(0, 3), min_size=6, max_size=6))
+def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held):
+    world = tiny_world(ints, 2, 3)
+    inventory = {x: n for x, n in zip([*world["base"], *world["recipes"]], held) if n and x != world["goal"]}
+    steps = optimal_steps(world, inventory, max_get=2)
+    if steps > 7:
+        return
+    assert bfs_min_steps(world, max_get=2, max_steps=steps, inventory=inventory) == steps
+    assert steps == 0 or bfs_min_steps(world, max_get=2, max_steps=steps - 1, inventory=inventory) is None
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_planner_equals_bfs_on_generated_worlds_restricted_to_listed_recipes(level):
+    for seed in range(4):
+        world = generate_world(seed, level, max_get=3)
+        # the listed recipes whose ingredients are listed too (a distractor may need an unlisted item)
+        known = set(world["shown"]) | set(world["base"])
+        listed = {x: world["recipes"][x] for x in world["shown"] if set(world["recipes"][x]["needs"]) <= known}
+        bases = sorted({y for r in listed.values() for y in r["needs"] if y in world["base"]})
+        sub = {**world, "base": bases, "recipes": listed}
+        steps = optimal_steps(world, max_get=3)
+        assert optimal_steps(sub, max_get=3) == steps
+        if steps <= 4:
+            assert bfs_min_steps(sub, max_get=3, max_steps=steps) == steps
+            assert bfs_min_steps(sub, max_get=3, max_steps=steps - 1) is None
+
+
+@pytest.mark.parametrize("level", sorted(LEVELS))
+def test_generated_worlds_meet_the_specification(level):
+    spec = LEVELS[level]
+    for seed in range(15):
+        world = generate_world(seed, level)
+        check_world(world)
+        items = set(world["base"]) | set(world["recipes"])
+        assert 30 <= len(items) <= 60 and items <= set(ITEM_NAMES)
+        assert all(" " not in x for x in items)
+        assert item_depths(world)[world["goal"]] == spec.depth
+        assert all(1 <= len(r["needs"]) <= 3 for r in world["recipes"].values())
+        tree = goal_tree(world)
+        distractors = [x for x in world["shown"] if x not in tree]
+        assert len(distractors) == spec.distractors
+        ingredients = tree - {world["goal"]}
+        assert all(ingredients & set(world["recipes"][x]["needs"]) for x in distractors)
+        assert set(world["shown"]) - set(distractors) == tree & set(world["recipes"])
+        steps = optimal_steps(world)
+        assert steps <= spec.max_plan and world["budget"] == steps + spec.slack
+        assert world["goal"] not in HELD_OUT_GOALS
+        assert generate_world(seed, level, "held_out")["goal"] in HELD_OUT_GOALS
+        assert json.loads(json.dumps(world)) == world
+
+
+def test_generation_is_deterministic_by_seed_and_splits_are_disjoint():
+    assert generate_world(7, 2) == generate_world(7, 2)
+    assert generate_world(7, 2) != generate_world(8, 2)
+    env = make_env("crafting")
+    assert env.sample_tasks(5, 8) == env.sample_tasks(np.random.default_rng(5), 8)
+    assert env.eval_tasks("test") == make_env("crafting").eval_tasks("test")
+    train = env.sample_tasks(0, 200)
+    assert all(t["seed"] < 1_000_000 and t["level"] in (1, 2, 3) for t in train)
+    assert all(t["goal"] not in HELD_OUT_GOALS for t in train)
+    test = env.eval_tasks("test")
+    assert all(1_000_000 <= t["seed"] < 2_000_000 for t in test) and {t["level"] for t in test} == {1, 2, 3}
+    held = env.eval_tasks("held_out_goals", 30)
+    assert all(t["goal"] in HELD_OUT_GOALS for t in held)
+    deep = env.eval_tasks("deeper", 10)
+    assert {t["level"] for t in deep} == {4}
+    assert make_env("crafting", train_levels=[1]).eval_tasks("deeper", 3)[0]["level"] == 2
+
+
+def test_planner_success_is_one_on_every_split_and_demonstrations_fit_the_budget():
+    env = make_env("crafting")
+    for split in env.splits:
+        tasks = env.eval_tasks(split, 24)
+        assert env.optimal_success(tasks) == 1.0
+        for task, demo in zip(tasks, env.demonstrations(tasks)):
+            assert len(demo) == optimal_steps(task) <= task["budget"] <= env.max_turns
+
+
+def test_demonstrations_pair_each_action_with_the_observation_before_it():
+    env = make_env("crafting")
+    tasks = env.eval_tasks("test", 6)
+    demos = env.demonstrations(tasks)
+    prompts = env.reset(tasks)
+    for i, demo in enumerate(demos):
+        assert demo[0][0] == prompts[i]
+    for turn in range(max(map(len, demos))):
+        step = env.step([d[turn][1] if turn < len(d) else "" for d in demos])
+        for i, d in enumerate(demos):
+            if turn + 1 < len(d):
+                assert d[turn + 1][0] == step.observations[i]
+            elif turn + 1 == len(d):
+                assert step.success[i] and step.rewards[i] == 1.0 and step.observations[i].startswith("success")
+
+
+def test_depth_three_episodes_stay_within_about_256_word_tokens():
+    env = make_env("crafting")
+    tasks = env.eval_tasks("test", 60)
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        text = "\n".join(f"{o}\n{a}" for o, a in demo)
+        tokens = text.replace("\n", " \n ").split(" ")
+        assert len(tokens) <= 256, (task["level"], len(tokens))
+
+
+def small_env_and_world(**options):
+    world = {
+        "goal": "pot",
+        "base": ["axe", "clay"],
+        "recipes": {"plank": {"yield": 2, "needs": {"axe": 1}}, "pot": {"yield": 1, "needs": {"plank": 3, "clay": 1}}},
+        "shown": ["pot", "plank"],
+        "budget": 6,
+    }
+    return make_env("crafting", **options), world
+
+
+@pytest.mark.parametrize(
+    "text,action,error",
+    [
+        ("get axe 2", ["get", "axe", 2], None),
+        ("  GET   Axe  2 \n", ["get", "axe", 2], None),
+        ("get axe 0", None, "count out of range 1..8"),
+        ("get axe 9", None, "count out of range 1..8"),
+        ("get axe -1", None, "not a number"),
+        ("get axe two", None, "not a number"),
+        ("get plank 1", None, "not a base item"),
+        ("get dragon 1", None, "unknown item"),
+        ("get sword 1", None, "unknown item"),  # a real name, but not in this world
+        ("craft axe", None, "base item"),
+        ("craft pot", None, "missing ingredients"),
+        ("craft", None, "expected 'get <item> <n>' or 'craft <item>'"),
+        ("", None, "expected 'get <item> <n>' or 'craft <item>'"),
+        ("get axe 2 please", None, "expected 'get <item> <n>' or 'craft <item>'"),
+        ("craft " + "pot " * 100, None, "too long"),
+    ],
+)
+def test_parser_edge_cases(text, action, error):
+    env, world = small_env_and_world()
+    env.reset([world])
+    step = env.step([text])
+    assert step.info[0]["action"] == action and step.info[0]["error"] == error
+    assert step.observations[0].split("\n")[0] == ("ok" if action else "invalid")
+
+
+def test_playing_the_small_world_by_hand():
+    env, world = small_env_and_world()
+    prompt = env.reset([world])[0]
+    assert prompt == "goal pot\nrecipes\npot 1 = plank 3 clay 1\nplank 2 = axe 1\nbase axe clay\nsteps 6"
+    # pot needs 3 plank (2 crafts at yield 2, so 2 axe) and 1 clay: 2 gets + 3 crafts
+    assert shortest_plan(world) == ["get axe 2", "get clay 1", "craft plank", "craft plank", "craft pot"]
+    assert optimal_steps(world) == 5 == bfs_min_steps(world, max_steps=6)
+    obs = [env.step([t]).observations[0] for t in ["get axe 2", "craft plank", "craft plank"]]
+    assert obs[-1] == "ok\ninventory plank 4\nsteps 3"
+    step = env.step(["craft pot"])
+    assert step.observations[0] == "invalid\ninventory plank 4\nsteps 2" and not step.done[0]
+    env.step(["get clay 1"])
+    step = env.step(["craft pot"])
+    assert step.done[0] and step.success[0] and step.rewards[0] == 1.0
+    assert step.observations[0] == "success\ninventory plank 1 pot 1\nsteps 0"
+
+
+def test_invalid_rules_and_running_out_of_steps():
+    env, world = small_env_and_world(invalid_action="end_episode")
+    env.reset([world, world])
+    step = env.step(["craft pot", "get axe 2"])
+    assert list(step.done) == [True, False] and step.rewards[0] == 0 and not step.truncated[0]
+    env, world = small_env_and_world()
+    env.reset([world])
+    for _ in range(6):
+        step = env.step(["get axe 1"])
+    assert step.done[0] and not step.success[0] and step.info[0]["timeout"] and not step.truncated[0]
+    env, world = small_env_and_world(turn_limit=2)
+    env.reset([world])
+    env.step(["get axe 1"])
+    assert env.step(["get axe 1"]).truncated[0]
+
+
+def test_one_bad_text_affects_only_its_episode():
+    env = make_env("crafting")
+    tasks = env.eval_tasks("test", 4)
+    demos = env.demonstrations(tasks)
+    env.reset(tasks)
+    texts = [d[0][1] for d in demos]
+    texts[1] = "\x00" * 10000
+    step = env.step(texts)
+    assert step.info[1]["error"] == "too long"
+    assert all(step.info[i]["error"] is None for i in (0, 2, 3))
+
+
+@pytest.mark.parametrize("shaping", ["first_craft", "distance"])
+def test_shaping_is_potential_based_sums_to_a_constant_and_leaves_success_unshaped(shaping):
+    env = make_env("crafting", shaping=shaping, shaping_scale=0.2)
+    plain = make_env("crafting")
+    tasks = env.eval_tasks("test", 12)
+    rng = random.Random(1)
+    for trial in range(3):
+        env.reset(tasks)
+        plain.reset(tasks)
+        demos = env.demonstrations(tasks)
+        turn = 0
+        while not env.done.all():
+            texts = []
+            for i, d in enumerate(demos):
+                texts.append(d[turn][1] if turn < len(d) and rng.random() < 0.7 + 0.15 * trial else rng.choice(["junk", d[0][1]]))
+            a, b = env.step(texts), plain.step(texts)
+            assert (a.success == b.success).all()
+            turn += 1
+        for log, base in zip(env.episode_logs(), plain.episode_logs()):
+            extra = log["return"] - base["return"]
+            # first_craft: Phi ends at scale (0 if nothing is needed); distance: Phi starts at -scale, ends at 0
+            tree_needed = len(goal_tree(log["task"]) & set(log["task"]["recipes"])) > 1
+            expected = 0.2 if (shaping == "distance" or tree_needed) else 0.0
+            assert extra == pytest.approx(expected, abs=1e-9)
+
+
+def test_first_craft_bonus_is_paid_on_the_first_craft_of_a_needed_intermediate():
+    env, world = small_env_and_world(shaping="first_craft", shaping_scale=0.5)
+    env.reset([world])
+    assert env.step(["get axe 2"]).rewards[0] == 0
+    assert env.step(["craft plank"]).rewards[0] == pytest.approx(0.5)
+    assert env.step(["craft plank"]).rewards[0] == 0
+
+
+def test_bad_worlds_and_options_raise_clear_errors():
+    env, world = small_env_and_world()
+    cases = [
+        ({"base": ["axe", "clay", "dragon"]}, "unknown item name 'dragon'"),
+        ({"recipes": {**world["recipes"], "pot": {"yield": 1, "needs": {"sword": 1}}}}, "unknown item 'sword'"),
+        ({"recipes": {**world["recipes"], "pot": {"yield": 1, "needs": {"plank": 0}}}}, "count of 'plank'"),
+        ({"recipes": {**world["recipes"], "pot": {"yield": 0, "needs": {"plank": 1}}}}, "yield"),
+        ({"recipes": {"plank": {"yield": 1, "needs": {"pot": 1}}, "pot": {"yield": 1, "needs": {"plank": 1}}}}, "cycle"),
+        ({"goal": "axe"}, "goal 'axe' must be a craftable"),
+        ({"budget": 3}, "shorter than the optimal plan"),
+        ({"budget": 500}, "max_turns"),
+        ({"base": ["axe", "clay", "plank"]}, "base items cannot have recipes"),
+        ({"recipes": {**world["recipes"], "pot": {"yield": 1, "needs": {"plank": 99}}}}, "more than 99"),
+    ]
+    for change, message in cases:
+        bad = {**copy.deepcopy(world), **change}
+        with pytest.raises(ValueError, match=message):
+            env.reset([bad])
+    with pytest.raises(ValueError, match="missing keys"):
+        env.reset([{"goal": "pot"}])
+    with pytest.raises(ValueError, match="level"):
+        generate_world(0, 9)
+    with pytest.raises(ValueError, match="train_levels"):
+        make_env("crafting", train_levels=[0])
+    with pytest.raises(ValueError, match="shaping"):
+        make_env("crafting", shaping="bonus")
+    with pytest.raises(ValueError, match="max_get"):
+        make_env("crafting", max_get=0)
+
+
+def test_action_mask_lists_exactly_the_executable_actions():
+    assert make_env("crafting").allowed_actions() is None
+    env, world = small_env_and_world(mask_actions=True, max_get=2)
+    env.reset([world])
+    assert env.allowed_actions()[0] == {"get axe 1", "get axe 2", "get clay 1", "get clay 2"}
+    env.step(["get axe 1"])
+    assert "craft plank" in env.allowed_actions()[0] and "craft pot" not in env.allowed_actions()[0]
+
+
+def test_vocabulary_covers_all_text_and_actions_fit_max_action_words():
+    env = make_env("crafting")
+    vocab = set(env.vocabulary())
+    tasks = env.eval_tasks("deeper", 10) + env.eval_tasks("held_out_goals", 10)
+    words = set()
+    for demo in env.demonstrations(tasks):
+        for obs, action in demo:
+            words |= set(obs.split()) | set(action.split())
+            assert len(action.split()) <= env.max_action_words
+    assert words <= vocab
+
+
+def test_random_play_logs_replay_exactly():
+    env = make_env("crafting", shaping="distance")
+    tasks = env.sample_tasks(3, 24)
+    env.reset(tasks)
+    rng = random.Random(3)
+    while not env.done.all():
+        texts = []
+        for task in tasks:
+            texts.append(
+                rng.choice(
+                    [
+                        f"get {rng.choice(task['base'])} {rng.randint(0, 9)}",
+                        f"craft {rng.choice(list(task['recipes']))}",
+                        "Craft  " + task["goal"].upper(),
+                        "nonsense words",
+                    ]
+                )
+            )
+        env.step(texts)
+    for log in json.loads(json.dumps(env.episode_logs())):
+        assert json.loads(json.dumps(replay(log))) == log
