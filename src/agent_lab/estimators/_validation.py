@@ -22,14 +22,14 @@ def as_float_tensor(name: str, value: Any, *, finite: bool = True) -> Tensor:
     still flows through them; other input becomes a tensor of the default floating dtype.
     """
     if isinstance(value, Tensor):
+        if value.is_complex():
+            raise ValueError(f"{name} must be real, got a tensor of dtype {value.dtype}")
         tensor = value if value.is_floating_point() else value.to(torch.get_default_dtype())
     else:
         try:
             tensor = torch.as_tensor(value, dtype=torch.get_default_dtype())
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"{name} must be a tensor or a sequence of real numbers, got {value!r}") from exc
-    if tensor.is_complex():
-        raise ValueError(f"{name} must be real, got a tensor of dtype {tensor.dtype}")
     if tensor.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(tensor.shape)}; pass at least one value")
     if finite:

@@ -1,0 +1,138 @@
+"""Bad input raises ValueError naming the argument, what it got and what it needs."""
+
+import pytest
+import torch
+
+import agent_lab.estimators as E
+
+R = torch.tensor([1.0, 0.0, 0.5, 0.5])
+TURNS = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+TMASK = torch.ones(2, 2, dtype=torch.bool)
+DONE = torch.tensor([True, False])
+LP = torch.zeros(2, 3)
+MASK = torch.ones(2, 3, dtype=torch.bool)
+NAN, INF = float("nan"), float("inf")
+
+CASES = {
+    # empty input
+    "empty rewards": (lambda: E.group_centered_advantages(torch.tensor([]), 1), ["rewards must not be empty", "(0,)"]),
+    "empty reward_to_go": (lambda: E.reward_to_go([], 0.9), ["rewards must not be empty"]),
+    "empty logits": (lambda: E.entropy_from_logits(torch.zeros(2, 0)), ["logits must be non-empty", "(2, 0)"]),
+    # groups
+    "group does not divide": (lambda: E.group_centered_advantages(R, 3), ["group_size 3 does not divide the batch size 4"]),
+    "group size zero": (lambda: E.rloo_advantages(R, 0), ["group_size must be a positive integer, got 0"]),
+    "group size bool": (lambda: E.group_mean_baseline(R, True), ["group_size must be a positive integer, got True"]),
+    "rloo needs two": (lambda: E.rloo_advantages(R, 1), ["group_size must be at least 2", "got 1"]),
+    "loo needs two": (lambda: E.leave_one_out_baseline(R, 1), ["group_size must be at least 2"]),
+    "rewards not 1-D": (lambda: E.group_standardized_advantages(TURNS, 2), ["rewards must have shape [B]", "(2, 2)"]),
+    "negative eps": (lambda: E.group_standardized_advantages(R, 2, eps=-1.0), ["eps must be a non-negative number, got -1.0"]),
+    # gamma / lambda / probabilities
+    "gamma above one": (lambda: E.reward_to_go(R, 1.5), ["gamma must lie in [0, 1], got 1.5"]),
+    "gamma negative": (lambda: E.discounted_returns(TURNS, TMASK, -0.1, DONE), ["gamma must lie in [0, 1], got -0.1"]),
+    "gamma nan": (lambda: E.td_residuals(TURNS, TURNS, TMASK, NAN, DONE), ["gamma must lie in [0, 1], got nan"]),
+    "gamma text": (lambda: E.reward_to_go(R, "high"), ["gamma must be a real number in [0, 1], got 'high'"]),
+    "lambda above one": (lambda: E.gae(TURNS, TURNS, TMASK, 0.9, 1.01, DONE), ["lam must lie in [0, 1], got 1.01"]),
+    "p above one": (lambda: E.prob_at_least_one_success(1.2, 3), ["p must lie in [0, 1]", "1.2"]),
+    "p text": (lambda: E.degenerate_group_probability("x", 3), ["p must be a probability", "'x'"]),
+    "n zero": (lambda: E.prob_at_least_one_success(0.5, 0), ["n must be a positive integer, got 0"]),
+    "clip eps": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.zeros(2), MASK, 1.5), ["clip_eps must lie in [0, 1], got 1.5"]),
+    "clip eps high": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.zeros(2), MASK, 0.2, clip_eps_high=-1),
+                      ["clip_eps_high must be a non-negative number, got -1"]),
+    # NaN / inf rewards
+    "nan reward": (lambda: E.group_centered_advantages(torch.tensor([1.0, NAN]), 2), ["rewards must be finite, got nan at index (1,)"]),
+    "inf reward": (lambda: E.reward_to_go(torch.tensor([[0.0, INF]]), 0.9), ["rewards must be finite, got inf at index (0, 1)"]),
+    "nan values": (lambda: E.gae(TURNS, torch.full((2, 2), NAN), TMASK, 0.9, 0.9, DONE), ["values must be finite"]),
+    "inf bootstrap": (lambda: E.discounted_returns(TURNS, TMASK, 0.9, DONE, torch.tensor([0.0, INF])), ["bootstrap_values must be finite"]),
+    "nan advantages": (lambda: E.reinforce_surrogate(LP, torch.tensor([NAN, 0.0])), ["coefficients must be finite"]),
+    "text rewards": (lambda: E.group_centered_advantages(["a", "b"], 2), ["rewards must be a tensor or a sequence of real numbers"]),
+    "complex rewards": (lambda: E.reward_to_go(torch.ones(2, dtype=torch.complex64), 0.5), ["rewards must be real", "complex64"]),
+    # masks: shape, dtype, values, padding layout
+    "mask wrong shape": (lambda: E.aggregate(LP, torch.ones(2, 4, dtype=torch.bool), "token_mean"),
+                         ["action_mask must have shape (2, 3), got shape (2, 4)"]),
+    "mask complex dtype": (lambda: E.aggregate(LP, torch.ones(2, 3, dtype=torch.complex64), "token_mean"),
+                           ["action_mask must have dtype bool or a real dtype holding 0/1, got dtype torch.complex64"]),
+    "mask fractional": (lambda: E.aggregate(LP, torch.full((2, 3), 0.5), "token_mean"),
+                        ["action_mask must hold only 0 and 1 (or be bool), got 0.5 at index (0, 0)"]),
+    "mask not tensor": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.zeros(2), [[1, 1, 1]] * 2, 0.2),
+                        ["action_mask must be a torch.Tensor", "got list"]),
+    "turn mask wrong shape": (lambda: E.discounted_returns(TURNS, torch.ones(2, 3), 0.9, DONE), ["turn_mask must have shape (2, 2), got shape (2, 3)"]),
+    "turn mask hole": (lambda: E.discounted_returns(TURNS, torch.tensor([[0, 1], [1, 1]]), 0.9, DONE),
+                       ["turn_mask must mark real steps as a prefix of each row"]),
+    "reward_to_go mask hole": (lambda: E.reward_to_go(TURNS, 0.9, torch.tensor([[0, 1], [1, 1]])), ["mask must mark real steps as a prefix"]),
+    "terminated wrong shape": (lambda: E.discounted_returns(TURNS, TMASK, 0.9, torch.tensor([True])), ["terminated must have shape (2,), got shape (1,)"]),
+    "terminated float": (lambda: E.discounted_returns(TURNS, TMASK, 0.9, torch.tensor([0.5, 1.0])), ["terminated must hold only 0 and 1"]),
+    # mismatched lengths and shapes
+    "bootstrap length": (lambda: E.discounted_returns(TURNS, TMASK, 0.9, DONE, torch.zeros(3)), ["bootstrap_values must have shape (2,)", "got (3,)"]),
+    "values shape": (lambda: E.td_residuals(TURNS, torch.zeros(2, 3), TMASK, 0.9, DONE), ["values has shape (2, 3) but rewards has shape (2, 2)"]),
+    "rewards 1-D for turns": (lambda: E.discounted_returns(R, TMASK, 0.9, DONE), ["rewards must have shape [B, T]", "(4,)"]),
+    "old logprobs shape": (lambda: E.token_log_ratios(LP, torch.zeros(2, 4)), ["old_logprobs has shape (2, 4) but logprobs has shape (2, 3)"]),
+    "ref logprobs shape": (lambda: E.kl_estimate(LP, torch.zeros(3, 3)), ["ref_logprobs has shape (3, 3) but logprobs has shape (2, 3)"]),
+    "kl kind": (lambda: E.kl_estimate(LP, LP, "k4"), ["kind must be one of ('k1', 'k2', 'k3'), got 'k4'"]),
+    "coefficient shape": (lambda: E.reinforce_surrogate(LP, torch.zeros(3)), ["coefficients must have shape (2,), (2, 3), or [B, T] together with turn_ids; got (3,)"]),
+    "baseline shape": (lambda: E.reinforce_surrogate(LP, torch.zeros(2), baseline=torch.zeros(3)), ["baseline must have the shape of coefficients (2,), got (3,)"]),
+    "logprobs 1-D": (lambda: E.reinforce_surrogate(torch.zeros(3), torch.zeros(3)), ["logprobs must have shape [B, L-1], got shape (3,)"]),
+    "turn ids float": (lambda: E.reinforce_surrogate(LP, TURNS, turn_ids=torch.zeros(2, 3)), ["turn_ids must be an integer torch.Tensor, got torch.float32"]),
+    "turn ids shape": (lambda: E.reinforce_surrogate(LP, TURNS, turn_ids=torch.zeros(2, 2, dtype=torch.long)), ["turn_ids must have shape (2, 3), got (2, 2)"]),
+    "turn ids range": (lambda: E.reinforce_surrogate(LP, TURNS, turn_ids=torch.full((2, 3), 2)), ["turn_ids must lie in [-1, 2)", "got values in [2, 2]"]),
+    "turn ids below -1": (lambda: E.expand_to_tokens(TURNS, LP, torch.full((2, 3), -2)), ["turn_ids must be >= -1", "got minimum -2"]),
+    "turn values 1-D": (lambda: E.expand_to_tokens(torch.zeros(2), LP, torch.zeros(2, 3, dtype=torch.long)), ["coefficients must have shape [B, T] when turn_ids is given"]),
+    "turn values rows": (lambda: E.expand_to_tokens(torch.zeros(3, 2), LP, torch.zeros(2, 3, dtype=torch.long)), ["coefficients has 3 rows but the token batch has 2"]),
+    "targets float": (lambda: E.token_logprobs(torch.zeros(2, 3, 5), torch.zeros(2, 3)), ["targets must be an integer torch.Tensor of token ids, got torch.float32"]),
+    "targets shape": (lambda: E.token_logprobs(torch.zeros(2, 3, 5), torch.zeros(2, 4, dtype=torch.long)), ["targets must have shape (2, 3), got (2, 4)"]),
+    "targets range": (lambda: E.token_logprobs(torch.zeros(2, 3, 5), torch.full((2, 3), 5)), ["targets must be token ids in [0, 5), got values in [5, 5]"]),
+    "logits int": (lambda: E.token_logprobs(torch.zeros(2, 3, 5, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)), ["logits must be a floating torch.Tensor"]),
+    "ratio normalize": (lambda: E.sequence_log_ratios(LP, LP, MASK, "max"), ["normalize must be 'sum' or 'mean', got 'max'"]),
+    "ratio mask": (lambda: E.sequence_log_ratios(LP, LP, None), ["action_mask is required"]),
+    "ratio level": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.zeros(2), MASK, 0.2, ratio_level="turn"), ["ratio_level must be 'token' or 'sequence', got 'turn'"]),
+    "inf log ratio": (lambda: E.ppo_clipped_surrogate(LP, torch.full((2, 3), -INF), torch.zeros(2), MASK, 0.2), ["logprobs - old_logprobs on action tokens must be finite"]),
+    # aggregation and reduction
+    "objective": (lambda: E.aggregate(LP, MASK, "sum"), ["objective must be one of", "got 'sum'"]),
+    "constant needs max_tokens": (lambda: E.aggregate(LP, MASK, "constant"), ["max_tokens is required for objective 'constant'"]),
+    "max_tokens zero": (lambda: E.aggregate(LP, MASK, "constant", max_tokens=0), ["max_tokens must be a positive integer, got 0"]),
+    "turns need ids": (lambda: E.aggregate(LP, MASK, "turn_then_trajectory"), ["turn_ids [B, L-1] is required"]),
+    "action token without turn": (lambda: E.aggregate(LP, MASK, "turn_then_trajectory", turn_ids=torch.full((2, 3), -1)),
+                                  ["turn_ids must be >= 0 on every token in action_mask"]),
+    "per_token 3-D": (lambda: E.aggregate(torch.zeros(2, 3, 1), MASK, "token_mean"), ["per_token must have shape [B, L-1], got shape (2, 3, 1)"]),
+    "reduce vector": (lambda: E.reduce_loss(torch.zeros(2), torch.tensor(1.0)), ["numerator must be a 0-dim torch.Tensor", "(2,)"]),
+    "reduce float": (lambda: E.reduce_loss(torch.tensor(1.0), 2.0), ["denominator must be a 0-dim torch.Tensor", "float"]),
+    "reduce negative": (lambda: E.reduce_loss(torch.tensor(1.0), torch.tensor(-2.0)), ["denominator must be non-negative, got a total of -2.0"]),
+    # baselines
+    "running count": (lambda: E.running_mean_update(0.0, -1, R), ["count must be a non-negative integer, got -1"]),
+    "running mean vector": (lambda: E.running_mean_update(torch.zeros(2), 1, R), ["mean must be a single number, got shape (2,)"]),
+    "constant vector": (lambda: E.constant_baseline(R, [1.0, 2.0]), ["value must be a single number, got shape (2,)"]),
+    "b* rows": (lambda: E.optimal_constant_baseline(R, torch.ones(3)), ["scores has 3 rows but rewards has 4"]),
+    "b* zero scores": (lambda: E.optimal_constant_baseline(R, torch.zeros(4)), ["E[Z^2] is zero"]),
+    "b* weights shape": (lambda: E.optimal_constant_baseline(R, torch.ones(4), torch.ones(3)), ["weights must have shape (4,), got (3,)"]),
+    "b* negative weights": (lambda: E.optimal_constant_baseline(R, torch.ones(4), -torch.ones(4)), ["weights must be non-negative"]),
+    "b* scores 3-D": (lambda: E.optimal_constant_baseline(R, torch.ones(4, 1, 1)), ["scores must have shape [N] or [N, D]"]),
+    # filtering and shaping
+    "rest cap needs groups": (lambda: E.rest_em_filter(R, max_per_group=1), ["group_size is required with max_per_group"]),
+    "rest cap zero": (lambda: E.rest_em_filter(R, group_size=2, max_per_group=0), ["max_per_group must be a positive integer, got 0"]),
+    "rest group divides": (lambda: E.rest_em_filter(R, group_size=3), ["group_size 3 does not divide the batch size 4"]),
+    "potentials shape": (lambda: E.potential_based_shaping(TURNS, torch.zeros(2, 2), 0.9), ["potentials must have shape (2, 3) = [B, T+1], got (2, 2)"]),
+    # diagnostics
+    "ess negative": (lambda: E.effective_sample_size(torch.tensor([1.0, -1.0])), ["weights must be non-negative, got minimum -1.0"]),
+    "ess zero": (lambda: E.effective_sample_size(torch.zeros(3)), ["weights must not be all zero"]),
+    "ess log nan": (lambda: E.effective_sample_size(torch.tensor([0.0, NAN]), log_weights=True), ["must not hold NaN or +inf"]),
+    "ess log all -inf": (lambda: E.effective_sample_size(torch.tensor([-INF, -INF]), log_weights=True), ["must not be all zero"]),
+    "top k too big": (lambda: E.top_share(torch.ones(3), 4), ["k must be at most the number of values 3, got 4"]),
+    "top negative": (lambda: E.top_share(torch.tensor([1.0, -1.0])), ["values must be non-negative"]),
+    "top zero": (lambda: E.top_share(torch.zeros(3)), ["values must not all be zero"]),
+    "contributions shape": (lambda: E.per_sample_gradient_norms(torch.zeros(2, 2), []), ["contributions must be a non-empty [N] tensor", "(2, 2)"]),
+    "contributions no grad": (lambda: E.per_sample_gradient_norms(torch.zeros(2), []), ["contributions must require grad"]),
+    "no parameters": (lambda: E.per_sample_gradient_norms(torch.zeros(2, requires_grad=True), [torch.zeros(1)]),
+                      ["parameters must contain at least one tensor that requires grad"]),
+    "lag from future": (lambda: E.policy_lag(torch.tensor([3, 5]), 4), ["policy_version must not exceed current_version 4, got 5"]),
+    "lag float": (lambda: E.policy_lag(torch.tensor([1.0]), 4), ["policy_version must be a non-empty integer tensor", "torch.float32"]),
+    "lag current": (lambda: E.policy_lag([1, 2], 4.0), ["current_version must be an int, got 4.0"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_bad_input_raises_value_error_that_names_argument_got_and_needed(case):
+    call, fragments = CASES[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, f"expected {fragment!r} in the message, got {message!r}"
