@@ -1,0 +1,158 @@
+"""nbgrader's Execute preprocessor, made to survive hostile notebooks.
+
+Stock nbgrader stops grading a notebook when the kernel dies (``os._exit``, a resource limit) and,
+after a cell timeout, keeps sending cells to a kernel that may still be spinning.  Either way the
+student loses every point, including those for the parts that were right.  This subclass:
+
+* runs every kernel in the sandbox (:class:`autograder.sandbox.SandboxKernelManager`), whatever
+  kernel the notebook names;
+* when a cell kills the kernel or times out, records a clear error in that cell, starts a fresh
+  kernel, replays the earlier cells that succeeded (outputs discarded) and goes on; a cell that
+  killed or hung the kernel is not replayed, so it is charged once, to the parts that depend on it;
+* caps each cell's output (``max_output_chars``) while it arrives, so megabytes of prints cannot
+  exhaust the grader's memory;
+* gives up (remaining cells get an error) after ``max_restarts`` restarts or when the notebook's
+  wall-time budget is spent.
+"""
+from __future__ import annotations
+
+import time
+import typing as t
+
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute
+from traitlets import Integer
+
+from .sandbox import SandboxKernelManager
+
+TRUNCATED = "\n[output truncated by the grader: more than {limit} characters]\n"
+
+
+def error_output(ename: str, evalue: str) -> NotebookNode:
+    """An nbformat error output; nbgrader counts a test cell with one as failed."""
+    return NotebookNode(output_type="error", ename=ename, evalue=evalue,
+                        traceback=[f"{ename}: {evalue}"])
+
+
+class SandboxExecute(Execute):
+    """Execute preprocessor with a sandboxed kernel, kernel restarts and an output cap."""
+
+    max_restarts = Integer(4, config=True, help="kernel restarts allowed per notebook")
+    max_output_chars = Integer(20_000, config=True, help="characters of output kept per cell")
+    notebook_timeout = Integer(1500, config=True, help="wall-time budget in seconds per notebook")
+
+    def __init__(self, **kwargs: t.Any) -> None:
+        kwargs["kernel_manager_class"] = SandboxKernelManager
+        super().__init__(**kwargs)
+
+    # -- output cap -----------------------------------------------------------------------------
+    def output(self, outs, msg, display_id, cell_index):  # noqa: D401 (nbclient hook)
+        size = sum(_output_size(o) for o in outs)
+        if size >= self.max_output_chars:
+            if not outs or outs[-1].get("name") != "truncated":
+                outs.append(NotebookNode(output_type="stream", name="stdout",
+                                         text=TRUNCATED.format(limit=self.max_output_chars)))
+                outs[-1]["name"] = "truncated"  # marker, fixed back to stdout after the cell
+            return None
+        out = super().output(outs, msg, display_id, cell_index)
+        if out is not None and _output_size(out) > self.max_output_chars:
+            _truncate(out, self.max_output_chars)
+        return out
+
+    # -- resilient execution --------------------------------------------------------------------
+    def preprocess(self, nb, resources=None, km=None):
+        self._started = time.monotonic()
+        self._restarts = 0
+        self._done: list[int] = []      # indices of cells that ran without killing the kernel
+        self._gave_up = ""
+        return super().preprocess(nb, resources, km)
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code" or not cell.source.strip():
+            return cell, resources
+        if self._gave_up:
+            cell.outputs = [error_output("NotRun", self._gave_up)]
+            return cell, resources
+        left = self.notebook_timeout - (time.monotonic() - self._started)
+        if left <= 0:
+            self._gave_up = (f"the notebook used its {self.notebook_timeout} s time budget; "
+                             "this cell was not run")
+            cell.outputs = [error_output("NotRun", self._gave_up)]
+            return cell, resources
+        try:
+            cell, resources = super().preprocess_cell(cell, resources, index)
+        except DeadKernelError:
+            cell.outputs.append(error_output(
+                "KernelDied", "the kernel died while running this cell (os._exit, a crash, or the "
+                "memory, CPU-time or process limit); later cells run in a fresh kernel"))
+            self._recover(index)
+            return cell, resources
+        except CellTimeoutError:
+            cell.outputs.append(error_output(
+                "CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+            self._recover(index)
+            return cell, resources
+        _fix_markers(cell)
+        if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):
+            cell.outputs = [o for o in cell.outputs if o.get("ename") != "CellTimeoutError"]
+            cell.outputs.append(error_output(
+                "CellTimeoutError", f"this cell ran longer than {self.timeout} s (interrupted); "
+                "later cells run in a fresh kernel"))
+            self._recover(index)
+        else:
+            self._done.append(index)
+        return cell, resources
+
+    def _recover(self, failed_index: int) -> None:
+        """Start a fresh kernel and replay the cells before ``failed_index`` that succeeded."""
+        _fix_markers(self.nb.cells[failed_index])
+        self._restarts += 1
+        if self._restarts > self.max_restarts:
+            self._gave_up = f"the kernel was restarted {self.max_restarts} times; this cell was not run"
+            return
+        self._restart_kernel()
+        for index in list(self._done):
+            original = self.nb.cells[index]
+            replay = NotebookNode(cell_type="code", metadata={}, outputs=[], source=original.source)
+            try:
+                super().preprocess_cell(replay, {}, index)
+            except (DeadKernelError, CellTimeoutError):
+                self._gave_up = f"cell {index} failed when it was replayed after a kernel restart"
+                return
+            finally:
+                self.nb.cells[index] = original  # nbclient stores the executed cell back into nb
+
+    def _restart_kernel(self) -> None:
+        try:
+            self._cleanup_kernel()
+        except Exception:  # noqa: BLE001 - the old kernel may already be gone
+            self.log.warning("cleaning up the dead kernel failed", exc_info=True)
+        self.km = self.create_kernel_manager()
+        self.start_new_kernel(cwd=self.resources.get("metadata", {}).get("path") or None)
+        self.start_new_kernel_client()
+
+
+def _output_size(out: NotebookNode) -> int:
+    if out.get("output_type") == "stream":
+        return len(out.get("text", ""))
+    if out.get("output_type") == "error":
+        return len(out.get("evalue", "")) + sum(len(x) for x in out.get("traceback", []))
+    return sum(len(str(v)) for v in out.get("data", {}).values())
+
+
+def _truncate(out: NotebookNode, limit: int) -> None:
+    note = TRUNCATED.format(limit=limit)
+    if out.get("output_type") == "stream":
+        out["text"] = out["text"][:limit] + note
+    elif out.get("output_type") == "error":
+        out["evalue"] = out["evalue"][:limit]
+        out["traceback"] = [line[:limit] for line in out["traceback"][-20:]]
+    else:
+        out["data"] = {"text/plain": str(out.get("data", {}).get("text/plain", ""))[:limit] + note}
+
+
+def _fix_markers(cell: NotebookNode) -> None:
+    for out in cell.get("outputs", []):
+        if out.get("name") == "truncated":
+            out["name"] = "stdout"

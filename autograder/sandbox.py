@@ -1,0 +1,209 @@
+"""The grading sandbox: a Jupyter kernel that runs student code in bubblewrap as an unprivileged user.
+
+Why bubblewrap (``bwrap``) and not hand-made checks: it is the small, audited sandbox that Flatpak
+uses; it gives us fresh mount, PID, network, IPC and UTS namespaces, so the kernel sees only the
+paths we bind, cannot see or signal other processes, and has no network at all (only a private
+loopback).  Because the kernel then cannot reach the grader over TCP, the kernel and the grader talk
+ZeroMQ over unix sockets (jupyter_client's ``ipc`` transport) in a small directory that is bound
+into the sandbox.
+
+Inside bwrap, ``setpriv`` drops to a per-worker uid with no capabilities and ``no_new_privs``,
+and ``prlimit`` sets the CPU-time, address-space, process-count and file-size limits.  Each
+concurrent sandbox gets its own uid (a lock file per uid), so the process-count limit, which the
+kernel counts per uid, never lets one student's fork bomb starve another student's kernel.
+
+What the kernel sees: ``/usr`` (read-only), the Python installation and the virtual environment
+(read-only), the package sources ``src/`` (read-only, for ``agent_lab``), a fresh ``/proc`` and
+``/dev``, and two size-limited tmpfs mounts: ``/tmp`` and its working directory ``/home/student``.
+Nothing else of the repository (no ``assignments/source``, no gradebook, no other submission)
+exists in its mount namespace.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from jupyter_client.kernelspec import KernelSpec
+from jupyter_client.manager import AsyncKernelManager
+from traitlets import Integer, List, Unicode
+
+REPO = Path(__file__).resolve().parent.parent
+BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+HOME_IN_SANDBOX = "/home/student"
+UID_RANGE = range(60001, 60001 + 256)
+LOCK_DIR = Path("/tmp/agentlab-sandbox-locks")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one student's kernel (all per process except ``nproc``, which is per uid)."""
+
+    cpu_seconds: int = 900          # RLIMIT_CPU: a busy loop dies after this much CPU time
+    memory_bytes: int = 4 << 30     # RLIMIT_AS: torch reserves ~1.5 GiB of address space at import
+    nproc: int = 128                # RLIMIT_NPROC: threads count too (torch, zmq, ipykernel)
+    file_bytes: int = 32 << 20      # RLIMIT_FSIZE: largest file the kernel may write
+    tmpfs_bytes: int = 128 << 20    # size of /tmp and of the working directory
+    cell_timeout: int = 300         # seconds of wall time per cell
+    notebook_timeout: int = 1500    # seconds of wall time for the whole notebook, kernel restarts included
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Limits.{name} must be a positive int, got {value!r}")
+
+
+def check_available() -> None:
+    """Raise RuntimeError with a fix when the sandbox cannot run on this machine."""
+    if os.geteuid() != 0:
+        raise RuntimeError(
+            "the grading sandbox must be started as root (bubblewrap binds the Python installation "
+            "and then drops to an unprivileged uid); run `make grade` with sudo"
+        )
+    for tool in (BWRAP, "setpriv", "prlimit"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"{tool} not found: install bubblewrap and util-linux (make sysdeps)")
+
+
+class UidLease:
+    """Hold an exclusive uid from ``UID_RANGE`` while a sandbox runs (a flock per uid).
+
+    Locks are per uid and released when the holder exits, even on a crash, so concurrent grading
+    runs (two terminals, pytest-xdist) never share a uid.
+    """
+
+    def __init__(self) -> None:
+        LOCK_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for uid in UID_RANGE:
+            handle = open(LOCK_DIR / f"{uid}.lock", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            self.uid, self._handle = uid, handle
+            return
+        raise RuntimeError(f"all {len(UID_RANGE)} sandbox uids are in use")
+
+    def release(self) -> None:
+        self._handle.close()
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def readonly_paths() -> list[str]:
+    """Paths the kernel needs to read: the interpreter, the venv, and the editable package sources."""
+    paths = {sys.base_prefix, sys.prefix, str(REPO / "src")}
+    return sorted(p for p in paths if not p.startswith("/usr/"))
+
+
+def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Limits) -> list[str]:
+    """Wrap ``kernel_argv`` in bwrap + setpriv + prlimit.
+
+    The returned argv runs ``kernel_argv`` as ``uid`` (no capabilities, no_new_privs) in new mount,
+    PID, network, IPC, UTS and cgroup namespaces.  ``ipc_dir`` is bound read-write at the same path
+    so the unix sockets and the connection file are shared with the grader.
+    """
+    cmd = [BWRAP, "--die-with-parent", "--unshare-pid", "--unshare-net", "--unshare-ipc",
+           "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--clearenv",
+           "--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        target = os.readlink(f"/{link}") if os.path.islink(f"/{link}") else None
+        if target:
+            cmd += ["--symlink", target, f"/{link}"]
+        elif os.path.isdir(f"/{link}"):
+            cmd += ["--ro-bind", f"/{link}", f"/{link}"]
+    cmd += ["--proc", "/proc", "--dev", "/dev",
+            "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+            "--perms", "0755", "--dir", "/home"]
+    made: set[str] = {"/home", "/tmp"}
+    for path in readonly_paths() + [ipc_dir]:
+        for parent in _ancestors(path):
+            if parent not in made:
+                cmd += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+    for path in readonly_paths():
+        cmd += ["--ro-bind", path, path]
+    # The working directory is a tmpfs of its own; mode 1777 because bwrap mounts it as root.
+    cmd += ["--bind", ipc_dir, ipc_dir,
+            "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", HOME_IN_SANDBOX]
+    env = {"HOME": HOME_IN_SANDBOX, "USER": "student", "LOGNAME": "student",
+           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8",
+           "MPLBACKEND": "Agg", "MPLCONFIGDIR": f"{HOME_IN_SANDBOX}/.mpl",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "NBGRADER_EXECUTION": "autograde"}
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    # setpriv needs CAP_SETUID/CAP_SETGID inside bwrap; it then clears every capability set.
+    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--chdir", HOME_IN_SANDBOX, "--",
+            "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--",
+            "prlimit", f"--cpu={limits.cpu_seconds}", f"--as={limits.memory_bytes}",
+            f"--nproc={limits.nproc}", f"--fsize={limits.file_bytes}", "--core=0", "--"]
+    return cmd + kernel_argv
+
+
+def kernel_argv() -> list[str]:
+    """The plain ipykernel command (what the stock ``python3`` kernelspec runs)."""
+    return [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A kernel manager whose every kernel runs in the sandbox, whatever kernel the notebook names.
+
+    The kernelspec is built here and never looked up, so a submission cannot pick an unsandboxed
+    kernel through its ``kernelspec`` metadata.  Interrupts are sent as messages (the bwrap process
+    between the grader and the kernel would not forward SIGINT).
+    """
+
+    sandbox_uid = Integer(0, config=True, help="uid the kernel runs as (a leased, unprivileged uid)")
+    ipc_dir = Unicode("", config=True, help="directory for the unix sockets, bound into the sandbox")
+    limit_values = List(Integer(), default_value=[], config=True,
+                        help="Limits fields in order (empty: defaults)")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.sandbox_uid < 1000 or not self.ipc_dir:
+            raise ValueError(
+                f"SandboxKernelManager needs sandbox_uid >= 1000 and ipc_dir, got "
+                f"{self.sandbox_uid!r} and {self.ipc_dir!r}"
+            )
+        self.transport = "ipc"
+        self.ip = os.path.join(self.ipc_dir, "k")
+        self.connection_file = os.path.join(self.ipc_dir, "kernel.json")
+        limits = Limits(*self.limit_values) if self.limit_values else Limits()
+        self._kernel_spec = KernelSpec(
+            argv=bwrap_command(kernel_argv(), uid=self.sandbox_uid, ipc_dir=self.ipc_dir,
+                               limits=limits),
+            display_name="Python 3 (agent-lab grading sandbox)", language="python",
+            interrupt_mode="message", env={},
+        )
+
+    @property
+    def kernel_spec(self) -> KernelSpec:
+        return self._kernel_spec
+
+    @property
+    def ipykernel(self) -> bool:
+        return True
+
+    def write_connection_file(self, **kwargs) -> None:
+        super().write_connection_file(**kwargs)
+        # The kernel runs as sandbox_uid and must read its key; the directory is private to that uid.
+        os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
+
+
+def make_ipc_dir(root: str | os.PathLike, uid: int) -> str:
+    """A fresh directory owned by ``uid`` (mode 0700) for one kernel's sockets; short enough for AF_UNIX."""
+    path = Path(root)
+    path.mkdir(mode=0o700, parents=True, exist_ok=False)
+    os.chown(path, uid, uid)
+    if len(str(path)) > 80:
+        raise ValueError(f"ipc dir {path} is too long for unix socket paths (needs <= 80 chars)")
+    return str(path)
