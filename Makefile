@@ -47,7 +47,7 @@ grade: install sysdeps
 grade-samples: install sysdeps assignments
 	@bash scripts/grade.sh autograder/samples
 
-test: install sysdeps
+test: install sysdeps book assignments
 	$(PY) -m pytest -n 2 --dist loadgroup
 
 coverage: install
