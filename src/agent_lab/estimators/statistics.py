@@ -90,6 +90,8 @@ def effective_sample_size(weights: Any, *, log_weights: bool = False) -> Tensor:
             raise ValueError("weights (log space) must not hold NaN or +inf")
         if bool((log_w == float("-inf")).all(dim=-1).any()):
             raise ValueError("weights must not be all zero (all log-weights -inf) along the last dimension")
+        # ESS is scale-free, so subtract the row maximum first: keeps float32 digits for log-weights ~1e3.
+        log_w = log_w - log_w.max(dim=-1, keepdim=True).values
         return torch.exp(2 * torch.logsumexp(log_w, dim=-1) - torch.logsumexp(2 * log_w, dim=-1))
     w = as_float_tensor("weights", weights)
     if bool((w < 0).any()):

@@ -1,0 +1,246 @@
+"""Worked examples for each estimator: lecture numbers and hand-computed cases."""
+
+import math
+
+import pytest
+import torch
+
+import agent_lab.estimators as E
+from estimator_cases import DTYPE
+
+T = lambda *rows: torch.tensor(rows, dtype=DTYPE)  # noqa: E731
+
+
+# returns ---------------------------------------------------------------------------------------------
+
+def test_reward_to_go_reproduces_lecture_exercise_and_zeroes_padding():
+    got = E.reward_to_go(T([0.2, 1.0], [1.0, 0.0]), 0.9, torch.tensor([[1, 1], [1, 0]]))
+    assert got.tolist() == [[1.1, 1.0], [1.0, 0.0]]
+    assert E.reward_to_go([0.2, 1.0], 0.9).tolist() == pytest.approx([1.1, 1.0])
+
+
+def test_discounted_returns_bootstrap_truncated_row_from_its_own_last_turn():
+    rewards = T([1.0, 0.0, 0.0], [1.0, 2.0, 9.0])
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0]])
+    got = E.discounted_returns(rewards, mask, 0.5, torch.tensor([False, False]), T(4.0, 8.0))
+    # row 0: one turn, G_0 = 1 + 0.5*4; row 1: two turns, G_1 = 2 + 0.5*8, G_0 = 1 + 0.5*G_1; padding 0
+    assert got.tolist() == [[3.0, 0.0, 0.0], [4.0, 6.0, 0.0]]
+    assert E.discounted_returns(rewards, mask, 0.5, torch.tensor([False, False])).tolist() == [[1.0, 0.0, 0.0], [2.0, 2.0, 0.0]]
+
+
+def test_gae_worked_example_with_termination_and_truncation():
+    got = E.gae(T([0.0, 1.0], [1.0, 0.0]), T([0.5, 0.5], [0.2, 0.0]), torch.tensor([[1, 1], [1, 0]]), 0.9, 0.95,
+                torch.tensor([True, False]), T(0.0, 2.0))
+    # row 0: delta_1 = 1 - 0.5, delta_0 = 0.9*0.5 - 0.5, A_0 = delta_0 + 0.855*delta_1; row 1: 1 + 0.9*2 - 0.2
+    assert got.flatten().tolist() == pytest.approx([-0.05 + 0.855 * 0.5, 0.5, 2.6, 0.0])
+
+
+# baselines -------------------------------------------------------------------------------------------
+
+def test_running_mean_update_equals_mean_of_everything_seen():
+    mean, count = E.running_mean_update(123.0, 0, T(1.0, 2.0))  # count 0: the old mean is ignored
+    mean, count = E.running_mean_update(mean, count, T(3.0, 4.0, 5.0))
+    assert count == 5 and mean.item() == pytest.approx(3.0)
+
+
+def test_constant_and_group_baselines():
+    rewards = T(1.0, 0.0, 0.0, 1.0, 3.0, 3.0)
+    assert E.constant_baseline(rewards, 0.25).tolist() == [0.25] * 6
+    assert E.group_mean_baseline(rewards, 3).tolist() == pytest.approx([1 / 3] * 3 + [7 / 3] * 3)
+    assert E.leave_one_out_baseline(rewards, 3).tolist() == pytest.approx([0.0, 0.5, 0.5, 3.0, 2.0, 2.0])
+
+
+def test_optimal_constant_baseline_weights_rewards_by_squared_score():
+    rewards, scores = T(1.0, 0.0, 2.0), T(1.0, 2.0, 0.0)
+    assert E.optimal_constant_baseline(rewards, scores).item() == pytest.approx((1 * 1 + 0 * 4 + 0) / (1 + 4 + 0))
+    vectors = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=DTYPE)
+    assert E.optimal_constant_baseline(rewards, vectors, per_dimension=True).tolist() == pytest.approx([1.5, 1.0])
+    assert E.optimal_constant_baseline(rewards, vectors).item() == pytest.approx((1 + 0 + 4) / 4)
+    assert E.optimal_constant_baseline(rewards, scores, per_dimension=True).shape == (1,)
+
+
+# advantages ------------------------------------------------------------------------------------------
+
+def test_group_advantages_of_lecture_exercise_11000():
+    assert E.group_centered_advantages(T(1, 1, 0, 0, 0), 5).tolist() == pytest.approx([0.6, 0.6, -0.4, -0.4, -0.4])
+    assert E.rloo_advantages(T(1, 1, 0, 0, 0), 5).tolist() == pytest.approx([0.75, 0.75, -0.5, -0.5, -0.5])
+
+
+def test_group_standardized_uses_population_std_by_default_and_sample_std_on_request():
+    rewards = T(1.0, 0.0, 0.0, 1.0, 0.3, 0.3, 0.3, 0.3)
+    pop = E.group_standardized_advantages(rewards, 4)
+    unit = 0.5 / (0.5 + 1e-6)  # population std of (1, 0, 0, 1) is 0.5; eps 1e-6 is added to the std
+    assert pop[:4].tolist() == pytest.approx([unit, -unit, -unit, unit], rel=1e-12)
+    assert torch.equal(pop[4:], torch.zeros(4, dtype=DTYPE)), "an all-equal group must give exact zeros"
+    sample = E.group_standardized_advantages(rewards, 4, eps=0.0, unbiased=True)[:4]
+    want = (rewards[:4] - rewards[:4].mean()) / rewards[:4].std()
+    assert torch.allclose(sample, want)
+
+
+# log-probs, entropy, ratios, KL ------------------------------------------------------------------------
+
+def test_token_logprobs_equal_log_softmax_gather_and_upcast_half_precision():
+    logits = torch.randn(2, 3, 7, dtype=DTYPE)
+    targets = torch.randint(0, 7, (2, 3))
+    want = torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
+    assert torch.allclose(E.token_logprobs(logits, targets), want, atol=1e-12)
+    half = E.token_logprobs(logits.to(torch.bfloat16), targets)
+    assert half.dtype == torch.float32
+    assert torch.allclose(half.double(), want, atol=0.05)
+
+
+def test_entropy_is_stable_for_huge_and_masked_logits():
+    logits = torch.tensor([[1e4, 1e4, -float("inf")], [0.0, 0.0, 0.0], [5.0, -float("inf"), -float("inf")]],
+                          dtype=DTYPE, requires_grad=True)
+    h = E.entropy_from_logits(logits)
+    assert h.tolist() == pytest.approx([math.log(2), math.log(3), 0.0])
+    h.sum().backward()
+    assert bool(torch.isfinite(logits.grad).all())
+    z = torch.randn(4, 6, dtype=DTYPE)
+    p = torch.softmax(z, -1)
+    assert torch.allclose(E.entropy_from_logits(z), -(p * p.log()).sum(-1))
+
+
+def test_sequence_log_ratio_sums_or_averages_masked_tokens():
+    lp, old = T([0.0, -1.0, -2.0]), T([-0.5, -1.5, 0.0])
+    mask = torch.tensor([[1, 1, 0]])
+    assert E.sequence_log_ratios(lp, old, mask).tolist() == [1.0]
+    assert E.sequence_log_ratios(lp, old, mask, "mean").tolist() == [0.5]
+    assert E.token_log_ratios(lp, old).tolist() == [[0.5, 0.5, -2.0]]
+
+
+def test_k1_and_k3_are_unbiased_for_forward_kl_and_k2_is_not():
+    theta, ref = torch.tensor([0.5, -1.0, 2.0], dtype=DTYPE), torch.tensor([0.0, 0.3, 0.1], dtype=DTYPE)
+    log_p, log_ref = torch.log_softmax(theta, 0), torch.log_softmax(ref, 0)
+    p = log_p.exp()
+    kl = (p * (log_p - log_ref)).sum()
+    expect = {kind: (p * E.kl_estimate(log_p, log_ref, kind)).sum() for kind in E.KL_KINDS}
+    assert expect["k1"].item() == pytest.approx(kl.item(), abs=1e-12)
+    assert expect["k3"].item() == pytest.approx(kl.item(), abs=1e-12)
+    assert abs(expect["k2"].item() - kl.item()) > 1e-3
+    masked = E.kl_estimate(log_p[None], log_ref[None], "k3", torch.tensor([[1, 0, 1]]))
+    assert masked[0, 1] == 0
+
+
+# surrogates -------------------------------------------------------------------------------------------
+
+def test_ppo_clip_fractions_count_positive_and_negative_advantages_separately():
+    log_ratio = torch.log(T([1.5, 1.1, 0.5, 0.9, 0.7, 1.0]))
+    old = torch.zeros_like(log_ratio)
+    adv = T([1.0, 1.0, -1.0, -1.0, 1.0, 0.0])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])
+    surrogate, stats = E.ppo_clipped_surrogate(log_ratio, old, adv, mask, 0.2)
+    # tokens: +A ratio 1.5 clipped; +A 1.1 not; -A 0.5 clipped; -A 0.9 not; +A 0.7 not (below 1-eps is
+    # only clipped for negative advantages); masked token ignored.
+    assert stats["clip_frac_pos"].item() == pytest.approx(1 / 3)
+    assert stats["clip_frac_neg"].item() == pytest.approx(1 / 2)
+    assert stats["ratio_max"].item() == pytest.approx(1.5) and stats["ratio_min"].item() == pytest.approx(0.5)
+    assert stats["ratio_mean"].item() == pytest.approx((1.5 + 1.1 + 0.5 + 0.9 + 0.7) / 5)
+    assert surrogate[0].tolist() == pytest.approx([1.2, 1.1, -0.8, -0.9, 0.7, 0.0])
+    assert int(stats["n_pos"]) == 3 and int(stats["n_neg"]) == 2 and int(stats["n_tokens"]) == 5
+    _, wide = E.ppo_clipped_surrogate(log_ratio, old, adv, mask, 0.2, clip_eps_high=0.6)
+    assert wide["clip_frac_pos"] == 0 and wide["clip_frac_neg"].item() == pytest.approx(1 / 2)
+
+
+def test_ppo_stats_are_nan_without_action_tokens_and_sequence_ratio_is_shared():
+    lp = T([0.0, -1.0])
+    surrogate, stats = E.ppo_clipped_surrogate(lp, lp, T(1.0), torch.zeros(1, 2), 0.2)
+    assert torch.equal(surrogate, torch.zeros_like(lp)) and math.isnan(stats["ratio_mean"]) and stats["clip_frac_pos"] == 0
+    new, old = T([0.2, 0.0, 5.0]), T([0.0, 0.0, 0.0])
+    surrogate, stats = E.ppo_clipped_surrogate(new, old, T(1.0), torch.tensor([[1, 1, 0]]), 0.2, ratio_level="sequence")
+    assert surrogate[0].tolist() == pytest.approx([math.exp(0.1), math.exp(0.1), 0.0])
+
+
+def test_reinforce_surrogate_places_reward_to_go_on_each_turns_tokens():
+    logprobs = T([-1.0, -2.0, -3.0, -4.0])
+    turn_ids = torch.tensor([[0, -1, 1, 1]])
+    rtg = E.reward_to_go(T([1.0, 2.0]), 1.0)
+    assert E.reinforce_surrogate(logprobs, rtg, turn_ids=turn_ids).tolist() == [[-3.0, 0.0, -6.0, -8.0]]
+    assert E.reinforce_surrogate(logprobs, T(2.0), baseline=T(0.5)).tolist() == [[-1.5, -3.0, -4.5, -6.0]]
+    lp = logprobs.clone().requires_grad_(True)
+    coefficients = T(3.0).requires_grad_(True)
+    E.reinforce_surrogate(lp, coefficients).sum().backward()
+    assert coefficients.grad is None, "coefficients must be treated as constants (stop-gradient)"
+
+
+# aggregation ------------------------------------------------------------------------------------------
+
+def test_aggregate_objectives_on_a_worked_example():
+    s = T([1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    turn_ids = torch.tensor([[0, 0, 1, -1], [0, -1, -1, -1]])
+    ratio = lambda o, **kw: (lambda n, d: (n / d).item())(*E.aggregate(s, mask, o, **kw))  # noqa: E731
+    assert ratio("token_mean") == pytest.approx(10 / 4)
+    assert ratio("seq_mean_token_mean") == pytest.approx((2.0 + 4.0) / 2)
+    assert ratio("constant", max_tokens=5) == pytest.approx(10 / (2 * 5))
+    assert ratio("turn_then_trajectory", turn_ids=turn_ids) == pytest.approx(((1.5 + 3.0) / 2 + 4.0) / 2)
+
+
+def test_reduce_loss_with_no_action_tokens_is_zero_with_zero_gradient():
+    s = torch.randn(2, 3, dtype=DTYPE, requires_grad=True)
+    loss = E.reduce_loss(*E.aggregate(s, torch.zeros(2, 3), "token_mean"))
+    loss.backward()
+    assert loss.item() == 0.0 and torch.equal(s.grad, torch.zeros_like(s))
+    assert E.local_loss(torch.tensor(3.0), torch.tensor(2.0)).item() == 1.5
+
+
+# filtering, shaping ------------------------------------------------------------------------------------
+
+def test_rest_em_filter_keeps_successes_and_records_failures():
+    rewards = T(1.0, 0.0, 1.0, 1.0, 0.0, 0.0)
+    selection = E.rest_em_filter(rewards)
+    assert selection.kept.tolist() == [0, 2, 3] and selection.rejected.tolist() == [1, 4, 5]
+    assert selection.scores.tolist() == rewards.tolist() and selection.success_rate.item() == 0.5
+    assert selection.weights.tolist() == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    capped = E.rest_em_filter(rewards, group_size=3, max_per_group=1)
+    assert capped.kept.tolist() == [0, 3] and capped.success.tolist() == selection.success.tolist()
+    assert E.rest_em_filter(T(0.0, 0.2), group_size=2).kept.numel() == 0
+
+
+def test_potential_shaping_uses_final_potential_only_for_truncated_rows():
+    rewards = T([0.0, 1.0], [0.0, 0.0])
+    potentials = T([1.0, 2.0, 3.0], [1.0, 5.0, 7.0])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    got = E.potential_based_shaping(rewards, potentials, 0.5, mask, torch.tensor([True, False]))
+    # row 0 terminated after 2 turns: Phi(s_2) := 0; row 1 truncated after 1 turn keeps Phi(s_1) = 5.
+    assert got.tolist() == [[0.5 * 2 - 1, 1 + 0 - 2], [0.5 * 5 - 1, 0.0]]
+    assert E.potential_based_shaping(rewards, potentials, 1.0).tolist() == [[1.0, 2.0], [4.0, 2.0]]
+
+
+# diagnostics ------------------------------------------------------------------------------------------
+
+def test_lecture_sparse_reward_and_degenerate_group_numbers():
+    assert E.prob_at_least_one_success(0.01, 100).item() == pytest.approx(0.634, abs=5e-4)
+    assert E.prob_at_least_one_success(1e-4, 100).item() == pytest.approx(0.010, abs=5e-4)
+    assert E.degenerate_group_probability(0.01, 8).item() == pytest.approx(0.99**8 + 0.01**8)
+    assert E.degenerate_group_probability(0.01, 8).item() > 0.92
+    assert E.degenerate_group_fraction(T(1, 1, 0, 1, 0, 0), 2).item() == pytest.approx(2 / 3)
+
+
+def test_effective_sample_size_extremes():
+    assert E.effective_sample_size(torch.ones(8)).item() == pytest.approx(8.0)
+    assert E.effective_sample_size(T(1.0, 0.0, 0.0)).item() == pytest.approx(1.0)
+    assert E.effective_sample_size(torch.ones(2, 5)).tolist() == pytest.approx([5.0, 5.0])
+    big = torch.tensor([1000.0, 1000.0, -float("inf")])  # weights e^1000 overflow in linear space
+    assert E.effective_sample_size(big, log_weights=True).item() == pytest.approx(2.0)
+
+
+def test_per_sample_gradient_norms_and_top_share():
+    theta = torch.tensor([1.0, -2.0], dtype=DTYPE, requires_grad=True)
+    features = T([1.0, 0.0], [3.0, 4.0], [0.0, 0.0])
+    contributions = features @ theta * T(1.0, 2.0, 5.0)  # c_i = w_i <x_i, theta>: grad = w_i x_i
+    norms = E.per_sample_gradient_norms(contributions, [theta])
+    assert norms.tolist() == pytest.approx([1.0, 10.0, 0.0])
+    assert E.top_share(norms, 1).item() == pytest.approx(10 / 11)
+    assert E.top_share(norms, 3).item() == pytest.approx(1.0)
+
+
+def test_policy_lag_counts_optimizer_steps():
+    assert E.policy_lag(torch.tensor([3, 5, 5]), 5).tolist() == [2, 0, 0]
+
+
+def test_expand_to_tokens_broadcasts_sequence_values():
+    like = torch.zeros(2, 3)
+    assert E.expand_to_tokens(torch.tensor([1.0, 2.0]), like).tolist() == [[1.0] * 3, [2.0] * 3]
+    same = torch.ones(2, 3)
+    assert E.expand_to_tokens(same, like) is same
