@@ -96,6 +96,23 @@ def test_reference_policies_exact_success_rates():
     assert 0.5 < uniform.success < 0.6
 
 
+def test_length_reward_optimum_counts_targets_found_on_each_guess():
+    # The optimal tree finds 1 target on guess 1, 2 on guess 2, 4 on guess 3 and 8 on guess 4.
+    dp = NumberSearchDP(16, 4, reward="length", length_penalty=0.05)
+    expected = (1 * 0.95 + 2 * 0.90 + 4 * 0.85 + 8 * 0.80) / 16
+    assert dp.optimal_value() == pytest.approx(expected, abs=1e-12) == pytest.approx(0.784375)
+    best = dp.evaluate_policy(dp.optimal_policy())
+    assert best.expected_return == pytest.approx(expected) and best.success == pytest.approx(15 / 16)
+    assert best.expected_guesses == pytest.approx((1 + 4 + 12 + 32 + 4) / 16)
+    assert dp.evaluate_policy(sequential_policy(16)).expected_return == pytest.approx((0.95 + 0.9 + 0.85 + 0.8) / 16)
+    env = make_env("number-search", reward="length")
+    assert env.optimal_success(env.eval_tasks()) == pytest.approx(15 / 16)
+
+
+def test_uniform_consistent_guess_succeeds_with_the_exact_fraction():
+    assert uniform_policy_success_exact(16, 4) == Fraction(9752459, 16816800)
+
+
 def test_transcript_example_after_8_higher_12_lower():
     # Candidates {9, 10, 11}, two guesses left: 10 always wins, 9 or 11 wins 2/3; uniform play gets 7/9.
     dp = NumberSearchDP(16, 4)

@@ -17,7 +17,6 @@ so the value after it is exactly zero and it is a termination, not a truncation;
 
 from __future__ import annotations
 
-import copy
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -188,7 +187,7 @@ class TextEnv(ABC):
             {
                 "env": self.name,
                 "options": dict(self.options),
-                "task": copy.deepcopy(t),
+                "task": t,  # shared, not copied: tasks are read-only (worlds are large)
                 "prompt": p,
                 "turns": [],
                 "done": False,
@@ -255,7 +254,7 @@ class TextEnv(ABC):
             log["turns"].append(
                 {
                     "text": text if isinstance(text, str) else repr(text),
-                    "action": copy.deepcopy(action),
+                    "action": action,  # a fresh object from the parser
                     "error": error,
                     "observation": obs,
                     "reward": float(reward),
@@ -267,8 +266,17 @@ class TextEnv(ABC):
         return StepBatch(observations, rewards, self._done.copy(), truncated, self._success.copy(), info)
 
     def episode_logs(self) -> list[dict]:
-        """A JSON-serialisable copy of the current batch's logs (see :func:`replay`)."""
-        return copy.deepcopy(self._logs)
+        """A JSON-serialisable copy of the current batch's logs (see :func:`replay`).
+
+        Per episode: ``env``, ``options``, ``task``, ``prompt``, ``turns`` (per turn the sampled
+        ``text``, the executed ``action`` or ``None``, the parse ``error``, the ``observation``, the
+        ``reward`` and the unshaped ``task_reward``), ``done``, ``success``, ``truncated``, ``return``.
+        The log dicts and turn lists are new; the task and action objects inside are shared with the
+        environment (copying a world per episode would dominate the cost), so treat them as read-only.
+        """
+        return [
+            {**log, "options": dict(log["options"]), "turns": [dict(t) for t in log["turns"]]} for log in self._logs
+        ]
 
     @property
     def done(self) -> np.ndarray:

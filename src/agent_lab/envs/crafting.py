@@ -127,7 +127,7 @@ class Crafting(TextEnv):
         self.mask_actions, self.eval_size = mask_actions, eval_size
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in [*levels, deeper_level])
-        self._get_texts = {n: str(n) for n in range(1, max_get + 1)}
+        self._eval_cache: dict[tuple[str, int], list[dict]] = {}
 
     # ----- tasks ---------------------------------------------------------------------------------
     def vocabulary(self) -> list[str]:
@@ -157,7 +157,10 @@ class Crafting(TextEnv):
         check_choice("split", split, self.splits)
         n = self.eval_size if n is None else check_int("n", n, 1)
         levels = self._levels_of(split)
-        return [self._world(i, levels[i % len(levels)], split) for i in range(n)]
+        key = (split, n)
+        if key not in self._eval_cache:  # evaluation reuses the same worlds many times
+            self._eval_cache[key] = [self._world(i, levels[i % len(levels)], split) for i in range(n)]
+        return list(self._eval_cache[key])
 
     def _check_task(self, task: Any) -> dict:
         world = check_world(task, self.max_get)
@@ -168,7 +171,7 @@ class Crafting(TextEnv):
     # ----- the dynamics --------------------------------------------------------------------------
     def _new_state(self, world: dict) -> _Episode:
         needed = frozenset(x for x in goal_tree(world) if x in world["recipes"] and x != world["goal"])
-        state = _Episode(world, needed=needed, depths=item_depths(world))
+        state = _Episode(world, needed=needed, depths=item_depths(world, [world["goal"]]))
         state.start_steps = max(1, self._steps_to_go(state))
         return state
 

@@ -27,7 +27,7 @@ import math
 import random
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -158,10 +158,11 @@ def _check_name(name: Any) -> None:
         raise ValueError(f"unknown item name {name!r}: names must come from crafting_world.ITEM_NAMES")
 
 
-def item_depths(world: Mapping) -> dict[str, int]:
+def item_depths(world: Mapping, roots: Iterable[str] | None = None) -> dict[str, int]:
     """Depth of every item: 0 for base items, ``1 + max depth of its ingredients`` otherwise.
 
-    Raises ``ValueError`` if the recipes contain a cycle.
+    Only the items reachable from ``roots`` (default: every recipe) get a computed depth, so
+    ``roots=[goal]`` is the cheap form used by the planner. Raises ``ValueError`` on a cycle.
     """
     recipes = world["recipes"]
     depth: dict[str, int] = {b: 0 for b in world["base"]}
@@ -178,7 +179,7 @@ def item_depths(world: Mapping) -> dict[str, int]:
         depth[item] = d
         return d
 
-    for item in recipes:
+    for item in recipes if roots is None else roots:
         visit(item)
     return depth
 
@@ -193,7 +194,7 @@ def craft_counts(
     depth), net of the inventory; see the module docstring. Items with zero counts are left out.
     """
     recipes = world["recipes"]
-    depths = depths if depths is not None else item_depths(world)
+    depths = depths if depths is not None else item_depths(world, [world["goal"]])
     demand: dict[str, int] = {}
     crafts: dict[str, int] = {}
     fetch: dict[str, int] = {}
@@ -227,7 +228,7 @@ def optimal_steps(world: Mapping, inventory: Mapping[str, int] | None = None, ma
 
 def shortest_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
     """A shortest plan as action texts: every ``get`` first, then crafts children before parents."""
-    depths = item_depths(world)
+    depths = item_depths(world, [world["goal"]])
     crafts, fetch = craft_counts(world, inventory or {}, depths)
     plan = []
     for item in sorted(fetch):
@@ -296,10 +297,11 @@ def generate_world(seed: int, level: int = 1, goal_pool: str = "train", max_get:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
     check_choice("goal_pool", goal_pool, ("train", "held_out"))
     spec = LEVELS[level]
-    for attempt in range(200):
-        # Python's Random (string seeds hash with SHA-512, the same on every run) is several times faster
-        # than numpy for these many small draws.
-        world = _draw_world(random.Random(f"crafting/{seed}/{level}/{goal_pool}/{attempt}"), spec, goal_pool)
+    for attempt in range(256):
+        # Python's Random (an int seed is used as is, the same on every run and platform) is several times
+        # faster than numpy for these many small draws.
+        stream = ((seed * 8 + level) * 2 + (goal_pool == "held_out")) * 256 + attempt
+        world = _draw_world(random.Random(stream), spec, goal_pool)
         if world is None:
             continue
         steps = optimal_steps(world, max_get=max_get)
@@ -327,14 +329,14 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     by_layer: dict[int, list[str]] = {}
     for x, d in layer.items():
         by_layer.setdefault(d, []).append(x)
+    below = {d: [y for y in layer if layer[y] < d] for d in range(1, top + 1)}
     recipes: dict[str, dict] = {}
     for x in [goal] + craftable:
         d = layer[x]
-        lower = [y for y in layer if layer[y] < d and y != x]
+        lower = below[d]
         k = rng.randint(1, spec.max_ingredients)
-        first = rng.choice([y for y in by_layer[d - 1] if y != x])
-        rest = [y for y in lower if y != first]
-        picks = [first] + rng.sample(rest, min(k - 1, len(rest)))
+        first = rng.choice(by_layer[d - 1])  # x itself is on layer d, never on d - 1
+        picks = [first] + [y for y in rng.sample(lower, min(k, len(lower))) if y != first][: k - 1]
         recipes[x] = {
             "yield": rng.randint(1, spec.max_yield),
             "needs": {y: rng.randint(1, spec.max_count) for y in picks},
@@ -357,7 +359,7 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
         needs[rng.choice(tree_base)] = rng.randint(1, spec.max_count)
         recipes[x]["needs"] = needs  # base items have depth 0, so the rewiring cannot make a cycle
         distractors.append(x)
-    if len(distractors) < spec.distractors or item_depths(world)[goal] != spec.depth:
+    if len(distractors) < spec.distractors or item_depths(world, [goal])[goal] != spec.depth:
         return None
     shown = sorted(tree & set(recipes)) + distractors
     rng.shuffle(shown)

@@ -20,7 +20,14 @@ The log records both the sampled text and the executed guess (seed 000 section 3
 With ``mask_actions=True``, :meth:`NumberSearch.allowed_actions` gives each episode's guesses inside
 the current candidate interval (seed 000 section 1): no optimal action is removed, since guesses
 outside the interval are dominated. The mask is advisory (for the sampler); the environment still
-executes any in-range guess. Exact values and the optimal planner come from
+executes any in-range guess.
+
+Exact figures for N=16, K=4 (from the dynamic programme, asserted in tests/envs): the optimum is
+15/16, not the lecture's "always within four guesses" (a guess must hit the number, so four guesses
+find at most 2^4 - 1 = 15 numbers); the median (binary-search) reference attains 15/16, guessing
+1, 2, 3, 4 gets 4/16, and a uniform guess among the consistent candidates 9752459/16816800 = 0.5799.
+Under ``reward="length"`` the optimum is (0.95 + 2(0.90) + 4(0.85) + 8(0.80))/16 = 0.784375.
+Exact values and the optimal planner come from
 :class:`~agent_lab.envs.number_search_dp.NumberSearchDP`. Book chapter: "Demonstration likelihood and
 task reward are different objectives".
 """

@@ -1,0 +1,91 @@
+"""Environment throughput: episode-steps per second for B = 256 episodes, random valid/invalid actions.
+
+Read next to the trainer's token throughput: an environment step here serves one decision of one
+episode, so the environment is never the bottleneck if this figure is far above the rollout's
+decisions per second. The random action texts are drawn before timing (half valid, half invalid or
+malformed), so only ``env.step`` is timed; ``sample_tasks`` + ``reset`` are timed separately.
+
+    .venv/bin/python bench/bench_envs.py [--batch 256] [--repeats 5] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from agent_lab.envs import make_env
+
+
+def random_texts(env_name: str, task, rng: random.Random, count: int) -> list[str]:
+    """``count`` action texts for one episode: about half valid, the rest invalid or malformed."""
+    if env_name == "number-search":
+        valid = [f"guess {rng.randint(1, 16)}" for _ in range(count)]
+        bad = ["guess 0", "guess 99", "Guess  7 ", "hello", "", "guess eight"]
+    else:
+        items = list(task["recipes"])
+        valid = [
+            f"get {rng.choice(task['base'])} {rng.randint(1, 8)}" if rng.random() < 0.5 else f"craft {rng.choice(items)}"
+            for _ in range(count)
+        ]
+        bad = ["get dragon 2", "craft", "get wood 0", "CRAFT  " + task["goal"].upper(), "x" * 300, ""]
+    return [v if rng.random() < 0.5 else rng.choice(bad) for v in valid]
+
+
+def bench(env_name: str, batch: int, repeats: int, seed: int, **options) -> dict:
+    env = make_env(env_name, **options)
+    rng = random.Random(seed)
+    step_rates, reset_times, decisions = [], [], 0
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        tasks = env.sample_tasks(seed + r, batch)
+        env.reset(tasks)
+        reset_times.append(time.perf_counter() - t0)
+        plans = [random_texts(env_name, t, rng, env.max_turns) for t in tasks]
+        acted = 0
+        elapsed = 0.0
+        for turn in range(env.max_turns):
+            live = int((~env.done).sum())
+            if live == 0:
+                break
+            texts = [p[turn] for p in plans]
+            t0 = time.perf_counter()
+            env.step(texts)
+            elapsed += time.perf_counter() - t0
+            acted += live
+        step_rates.append(acted / elapsed)
+        decisions += acted
+    return {
+        "steps_per_s": statistics.median(step_rates),
+        "min": min(step_rates),
+        "max": max(step_rates),
+        "reset_ms": 1000 * statistics.median(reset_times),
+        "decisions": decisions,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    configs = [
+        ("number-search", {}),
+        ("number-search", {"mask_actions": True, "reward": "length"}),
+        ("crafting", {}),
+        ("crafting", {"shaping": "distance"}),
+    ]
+    print(f"environment steps per second, B = {args.batch}, median of {args.repeats} batches (min..max)")
+    for name, options in configs:
+        out = bench(name, args.batch, args.repeats, args.seed, **options)
+        label = name + (" " + " ".join(f"{k}={v}" for k, v in options.items()) if options else "")
+        print(
+            f"  {label:<45} {out['steps_per_s']:>10,.0f} steps/s ({out['min']:,.0f}..{out['max']:,.0f})"
+            f"   sample_tasks+reset {out['reset_ms']:.1f} ms   [{out['decisions']} decisions]"
+        )
+
+
+if __name__ == "__main__":
+    main()
