@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_lab.envs import Crafting, make_env, replay
+from agent_lab.envs import make_env, replay
 from agent_lab.envs.crafting_world import (
     HELD_OUT_GOALS,
     ITEM_NAMES,
@@ -305,6 +305,12 @@ def test_bad_worlds_and_options_raise_clear_errors():
         generate_world(0, 9)
     with pytest.raises(ValueError, match="train_levels"):
         make_env("crafting", train_levels=[0])
+    with pytest.raises(ValueError, match="deeper_level"):
+        make_env("crafting", train_levels=[2, 3], deeper_level=3)
+    top = make_env("crafting", train_levels=[3, 4])
+    assert top.splits == ("test", "held_out_goals")
+    with pytest.raises(ValueError, match="split"):
+        top.eval_tasks("deeper")
     with pytest.raises(ValueError, match="shaping"):
         make_env("crafting", shaping="bonus")
     with pytest.raises(ValueError, match="max_get"):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from fractions import Fraction
 from functools import lru_cache
@@ -303,6 +302,21 @@ def test_vocabulary_covers_every_prompt_observation_and_valid_action():
     texts += [f"guess {a}" for a in range(1, 21)]
     assert {w for t in texts for w in t.split()} <= vocab
     assert max(len(f"guess {a}".split()) for a in range(1, 21)) == env.max_action_words
+
+
+def test_non_string_actions_are_invalid_and_replay():
+    env = make_env("number-search")
+    env.reset([4, 4])
+    step = env.step([None, 8])
+    assert [i["error"] for i in step.info] == ["not a string", "not a string"]
+    for log in json.loads(json.dumps(env.episode_logs())):
+        assert log["turns"][0]["text"] is None and replay(log)["turns"] == log["turns"]
+
+
+def test_single_guess_prompt_is_in_the_vocabulary():
+    env = make_env("number-search", n=3, guesses=1)
+    assert env.reset([2]) == ["find the number from 1 to 3 in 1 guess"]
+    assert set(env.reset([2])[0].split()) <= set(env.vocabulary())
 
 
 def test_sample_tasks_are_reproducible_by_seed_and_json_serialisable():

@@ -14,6 +14,15 @@ from typing import Any
 
 from agent_lab.envs.base import INVALID_RULES, ReplayMismatch, StepBatch, TextEnv, replay
 from agent_lab.envs.crafting import Crafting
+from agent_lab.envs.crafting_world import (
+    HELD_OUT_GOALS,
+    LEVELS,
+    bfs_min_steps,
+    check_world,
+    generate_world,
+    optimal_steps,
+    shortest_plan,
+)
 from agent_lab.envs.number_search import NumberSearch
 from agent_lab.envs.number_search_dp import (
     NumberSearchDP,
@@ -38,6 +47,13 @@ __all__ = [
     "median_policy",
     "sequential_policy",
     "uniform_consistent_policy",
+    "LEVELS",
+    "HELD_OUT_GOALS",
+    "generate_world",
+    "check_world",
+    "optimal_steps",
+    "shortest_plan",
+    "bfs_min_steps",
 ]
 
 _REGISTRY: dict[str, type[TextEnv]] = {"number-search": NumberSearch, "crafting": Crafting}

@@ -253,7 +253,8 @@ class TextEnv(ABC):
             log = self._logs[i]
             log["turns"].append(
                 {
-                    "text": text if isinstance(text, str) else repr(text),
+                    # a non-string "text" is logged as None, which replays to the same "not a string" error
+                    "text": text if isinstance(text, str) else None,
                     "action": action,  # a fresh object from the parser
                     "error": error,
                     "observation": obs,

@@ -88,7 +88,7 @@ class Crafting(TextEnv):
     def __init__(
         self,
         train_levels: Sequence[int] = (1, 2, 3),
-        deeper_level: int | None = None,
+        deeper_level: int | None = None,  # default: one above the highest trained level, if there is one
         max_get: int = 8,
         shaping: str = "none",
         shaping_scale: float = 0.1,
@@ -101,9 +101,10 @@ class Crafting(TextEnv):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
         levels = sorted({check_int("train_levels entry", lv, min(LEVELS), max(LEVELS)) for lv in train_levels})
-        if deeper_level is None:
-            deeper_level = min(max(levels) + 1, max(LEVELS))
-        deeper_level = check_int("deeper_level", deeper_level, min(LEVELS), max(LEVELS))
+        if deeper_level is None and max(levels) < max(LEVELS):
+            deeper_level = max(levels) + 1
+        if deeper_level is not None:
+            deeper_level = check_int("deeper_level", deeper_level, max(levels) + 1, max(LEVELS))
         max_get = check_int("max_get", max_get, 1, MAX_STACK)
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
@@ -126,7 +127,10 @@ class Crafting(TextEnv):
         self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
         self.mask_actions, self.eval_size = mask_actions, eval_size
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
-        self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in [*levels, deeper_level])
+        used = levels if deeper_level is None else [*levels, deeper_level]
+        self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
+        # Training on the top level leaves no deeper level to evaluate on.
+        self.splits = Crafting.splits if deeper_level is not None else ("test", "held_out_goals")
         self._eval_cache: dict[tuple[str, int], list[dict]] = {}
 
     # ----- tasks ---------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class NumberSearch(TextEnv):
         # The DP validates length_penalty and is reused for every planner query.
         self.dp = NumberSearchDP(n, guesses, reward, length_penalty, invalid_action)
         self.length_penalty = self.dp.length_penalty
-        self._prompt_text = f"find the number from 1 to {n} in {guesses} guesses"
+        self._prompt_text = f"find the number from 1 to {n} in {guesses} {'guess' if guesses == 1 else 'guesses'}"
         self._guess_texts = [f"guess {a}" for a in range(n + 1)]
         self._planner_hits = None
 
