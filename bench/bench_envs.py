@@ -5,7 +5,10 @@ episode, so the environment is never the bottleneck if this figure is far above 
 decisions per second. The random action texts are drawn before timing (half valid, half invalid or
 malformed), so only ``env.step`` is timed; ``sample_tasks`` + ``reset`` are timed separately.
 
-    .venv/bin/python bench/bench_envs.py [--batch 256] [--repeats 5] [--seed 0]
+It first prints the exact planner figures (number-search optimum and reference policies from the
+dynamic programme, crafting planner success and plan length per level).
+
+    .venv/bin/python bench/bench_envs.py [--batch 256] [--repeats 5] [--seed 0] [--no-figures]
 """
 
 from __future__ import annotations
@@ -65,12 +68,55 @@ def bench(env_name: str, batch: int, repeats: int, seed: int, **options) -> dict
     }
 
 
+def exact_figures() -> None:
+    """The planners' figures the benchmarks are read against (exact, not timed)."""
+    from fractions import Fraction
+
+    from agent_lab.envs import (
+        LEVELS,
+        NumberSearchDP,
+        generate_world,
+        median_policy,
+        optimal_steps,
+        sequential_policy,
+        uniform_consistent_policy,
+    )
+
+    print("number search, N = 16, K = 4: exact success (expected return under 1 - 0.05 T)")
+    binary, length = NumberSearchDP(16, 4), NumberSearchDP(16, 4, reward="length")
+    policies = [
+        ("optimal (DP)", binary.optimal_policy()),
+        ("median binary search", median_policy(16)),
+        ("guess 1, 2, 3, 4", sequential_policy(16)),
+        ("uniform consistent guess", uniform_consistent_policy(16)),
+    ]
+    for label, policy in policies:
+        ev, ev_len = binary.evaluate_policy(policy), length.evaluate_policy(policy)
+        frac = Fraction(ev.success).limit_denominator(1000)
+        exact = f"= {frac}" if abs(float(frac) - ev.success) < 1e-12 else ""
+        print(f"  {label:<26} success {ev.success:.6f} {exact:<8} return(1-0.05T) {ev_len.expected_return:.6f}")
+    make = __import__("agent_lab.envs", fromlist=["make_env"]).make_env
+    env = make("crafting")
+    print("crafting planner per level (300 worlds each): success when executed, optimal plan length, budget")
+    for level in sorted(LEVELS):
+        worlds = [generate_world(1_000_000 + s, level) for s in range(300)]
+        plans = [optimal_steps(w) for w in worlds]
+        success = env.optimal_success(worlds) if level <= 3 else make("crafting", train_levels=[4]).optimal_success(worlds)
+        print(
+            f"  level {level} (depth {LEVELS[level].depth}): success {success:.3f}  plan mean {statistics.mean(plans):.2f}"
+            f" max {max(plans)}  budget mean {statistics.mean(w['budget'] for w in worlds):.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-figures", action="store_true", help="skip the exact planner figures")
     args = parser.parse_args()
+    if not args.no_figures:
+        exact_figures()
     configs = [
         ("number-search", {}),
         ("number-search", {"mask_actions": True, "reward": "length"}),

@@ -345,22 +345,14 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     world = {"goal": goal, "base": sorted(base), "recipes": recipes}
     tree = goal_tree(world)
     ingredients = tree - {goal}
-    # Distractors: recipes outside the goal's tree that reuse its ingredients (rewired if too few).
-    outside = [x for x in craftable if x not in tree]
-    natural = [x for x in outside if ingredients & set(recipes[x]["needs"])]
+    # Distractors: recipes outside the goal's tree that reuse its ingredients. With 20+ craftable items
+    # outside the tree there are nearly always enough; otherwise the caller draws again.
+    natural = [x for x in craftable if x not in tree and ingredients & set(recipes[x]["needs"])]
+    if len(natural) < spec.distractors:
+        return None
     rng.shuffle(natural)
     distractors = natural[: spec.distractors]
-    spare = [x for x in outside if x not in distractors]
-    tree_base = sorted(ingredients & set(base))
-    while len(distractors) < spec.distractors and spare and tree_base:
-        x = spare.pop(rng.randrange(len(spare)))
-        needs = dict(recipes[x]["needs"])
-        needs.pop(next(iter(needs)))
-        needs[rng.choice(tree_base)] = rng.randint(1, spec.max_count)
-        recipes[x]["needs"] = needs  # base items have depth 0, so the rewiring cannot make a cycle
-        distractors.append(x)
-    if len(distractors) < spec.distractors or item_depths(world, [goal])[goal] != spec.depth:
-        return None
+    # The goal's depth is the level's by construction: every item on layer d needs one on layer d - 1.
     shown = sorted(tree & set(recipes)) + distractors
     rng.shuffle(shown)
     world["shown"] = shown
