@@ -362,3 +362,39 @@ def test_batch_step_matches_one_episode_at_a_time():
             one = env.step([row[i]])
             assert one.observations[0] == out.observations[i] and one.rewards[0] == out.rewards[i]
     assert batch.episode_logs() == [e.episode_logs()[0] for e in single]
+
+
+def play_in_env(policy, env_options=None, n=16, k=4):
+    """Play a deterministic history -> action policy on every target in the environment."""
+    env = make_env("number-search", n=n, guesses=k, **(env_options or {}))
+    targets = list(range(1, n + 1))
+    env.reset(targets)
+    histories = [() for _ in targets]
+    returns = np.zeros(n)
+    while not env.done.all():
+        actions = [policy(h) for h in histories]
+        texts = [a if isinstance(a, str) else f"guess {a}" for a in actions]
+        step = env.step(texts)
+        for i, info in enumerate(step.info):
+            if info.get("ignored"):
+                continue
+            histories[i] = histories[i] + ((info["action"], step.observations[i]),)
+            returns[i] += step.rewards[i]
+    return env.episode_logs(), returns
+
+
+@settings(max_examples=30, deadline=None)
+@given(table=st.lists(st.integers(0, 20), min_size=64, max_size=64), reward=st.sampled_from(["binary", "length"]))
+def test_environment_play_matches_the_dp_evaluation_of_arbitrary_deterministic_policies(table, reward):
+    # A deterministic policy defined by a random lookup table over histories, including out-of-range
+    # numbers (invalid under the spend-a-turn rule) and guesses outside the candidate set.
+    def policy(history):
+        key = sum((i + 1) * (7 * (a or 0) + len(o)) for i, (a, o) in enumerate(history)) % len(table)
+        return f"guess {table[key]}"
+
+    dp = NumberSearchDP(16, 4, reward=reward)
+    evaluation = dp.evaluate_policy(policy)
+    logs, returns = play_in_env(policy, {"reward": reward})
+    success = np.array([log["success"] for log in logs], dtype=float)
+    assert np.array_equal(success, evaluation.per_target_success)
+    assert np.allclose(returns, evaluation.per_target_return)
