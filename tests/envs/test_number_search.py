@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from agent_lab.envs import (
     NumberSearch,
+    history_from_log,
     NumberSearchDP,
     make_env,
     median_policy,
@@ -115,7 +116,12 @@ def test_uniform_consistent_guess_succeeds_with_the_exact_fraction():
 def test_transcript_example_after_8_higher_12_lower():
     # Candidates {9, 10, 11}, two guesses left: 10 always wins, 9 or 11 wins 2/3; uniform play gets 7/9.
     dp = NumberSearchDP(16, 4)
-    history = ((8, "higher"), (12, "lower"))
+    env = make_env("number-search")
+    env.reset([11])
+    env.step(["guess 8"])
+    env.step(["guess 12"])
+    history = history_from_log(env.episode_logs()[0])
+    assert history == ((8, "higher"), (12, "lower"))
     q = dp.q_values(history)
     assert q[10] == pytest.approx(1.0) and q[9] == pytest.approx(2 / 3) and q[11] == pytest.approx(2 / 3)
     assert dp.value(history) == pytest.approx(1.0)

@@ -27,6 +27,7 @@ from agent_lab.envs.number_search import NumberSearch
 from agent_lab.envs.number_search_dp import (
     NumberSearchDP,
     PolicyEvaluation,
+    history_from_log,
     median_policy,
     sequential_policy,
     uniform_consistent_policy,
@@ -44,6 +45,7 @@ __all__ = [
     "INVALID_RULES",
     "ReplayMismatch",
     "replay",
+    "history_from_log",
     "median_policy",
     "sequential_policy",
     "uniform_consistent_policy",

@@ -46,6 +46,7 @@ __all__ = [
     "PolicyEvaluation",
     "FEEDBACK",
     "candidates_after",
+    "history_from_log",
     "parse_guess",
     "median_policy",
     "sequential_policy",
@@ -96,6 +97,13 @@ def candidates_after(history: History, n: int) -> tuple[int, int]:
         if lo > hi:
             raise ValueError(f"history {history!r} is inconsistent: no target in 1..{n} gives these answers")
     return lo, hi
+
+
+def history_from_log(episode_log: Mapping) -> History:
+    """The ``(guess, feedback)`` history of a number-search episode log (``env.episode_logs()[i]``)."""
+    if episode_log.get("env") != "number-search":
+        raise ValueError(f"episode_log must come from number-search, got env {episode_log.get('env')!r}")
+    return tuple((turn["action"], turn["observation"]) for turn in episode_log["turns"])
 
 
 @dataclass(frozen=True)
