@@ -37,7 +37,7 @@ def cell_source(grade: str, notebook: nbformat.NotebookNode | None = None) -> st
     return matches[0]
 
 
-def test_points(notebook: nbformat.NotebookNode | None = None) -> dict[str, float]:
+def points_by_test(notebook: nbformat.NotebookNode | None = None) -> dict[str, float]:
     """grade_id -> points of every graded (test) cell."""
     notebook = notebook or load_source()
     return {
@@ -74,7 +74,7 @@ def run_notebook(
     """
     notebook = copy.deepcopy(notebook or load_source())
     solutions = dict(solutions or {})
-    points = test_points(notebook)
+    points = points_by_test(notebook)
     namespace: dict[str, object] = {"__name__": "__main__"}
     score = Score()
     for cell in notebook.cells:

@@ -1,0 +1,118 @@
+"""The release is what nbgrader makes from the source, holds no solution and no hidden test, and a real
+nbgrader autograde scores a submission exactly as the in-process runner does."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from .mutants import MUTANTS, submission_notebook
+from .notebook_runner import ROOT, SOURCE, grade_id, points_by_test, run_notebook
+
+pytestmark = pytest.mark.xdist_group("assignment")
+
+NAME = "policy_gradients"
+BUILT_RELEASE = ROOT / "assignments" / "release" / NAME / f"{NAME}.ipynb"
+VENV_BIN = pathlib.Path(sys.executable).parent
+
+
+def _nbgrader(course: pathlib.Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    return subprocess.run(
+        [str(VENV_BIN / "nbgrader"), *args, "--log-level=WARN"], cwd=course, env=env, capture_output=True,
+        text=True, timeout=timeout, check=True,
+    )
+
+
+def _course_copy(tmp: pathlib.Path) -> pathlib.Path:
+    """A private nbgrader course (config + source) so tests never touch the real gradebook."""
+    course = tmp / "course"
+    shutil.copytree(ROOT / "assignments" / "source", course / "source")
+    shutil.copy(ROOT / "assignments" / "nbgrader_config.py", course / "nbgrader_config.py")
+    return course
+
+
+@pytest.fixture(scope="module")
+def fresh_release(tmp_path_factory) -> tuple[pathlib.Path, nbformat.NotebookNode]:
+    course = _course_copy(tmp_path_factory.mktemp("release"))
+    _nbgrader(course, "generate_assignment", NAME, "--force")
+    path = course / "release" / NAME / f"{NAME}.ipynb"
+    return course, nbformat.read(path, as_version=4)
+
+
+def _region_lines(text: str, begin: str, end: str) -> list[str]:
+    """Non-trivial lines inside ``### BEGIN ...`` / ``### END ...`` regions."""
+    lines = []
+    for block in re.findall(rf"### {begin}\n(.*?)### {end}", text, flags=re.S):
+        lines += [line.strip() for line in block.splitlines() if len(line.strip()) >= 16]
+    return lines
+
+
+def _cells(nb: nbformat.NotebookNode) -> list[tuple]:
+    return [(c.cell_type, c.source, c.get("metadata", {}).get("nbgrader")) for c in nb.cells]
+
+
+def test_built_release_matches_a_fresh_nbgrader_generation(fresh_release):
+    if not BUILT_RELEASE.exists():
+        pytest.fail(f"{BUILT_RELEASE.relative_to(ROOT)} is missing: run `make assignments` (make test does)")
+    built = nbformat.read(BUILT_RELEASE, as_version=4)
+    assert _cells(built) == _cells(fresh_release[1]), "the built release is stale: run `make assignments`"
+
+
+def test_release_holds_no_solution_code_and_no_hidden_test(fresh_release):
+    release = fresh_release[1]
+    text = "\n".join(cell.source for cell in release.cells)
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "_hidden_"):
+        assert marker not in text, f"the release contains {marker!r}"
+    source_text = "\n".join(cell.source for cell in nbformat.read(SOURCE, as_version=4).cells)
+    secret = _region_lines(source_text, "BEGIN SOLUTION", "END SOLUTION")
+    secret += _region_lines(source_text, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+    assert len(secret) > 40  # the check below looks at real code
+    public = re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END (SOLUTION|HIDDEN TESTS)", "", source_text, flags=re.S)
+    leaked = [line for line in secret if line in text and line not in public]
+    assert leaked == [], f"solution or hidden-test lines leaked into the release: {leaked[:5]}"
+    stubs = [c.source for c in release.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    assert len(stubs) == 5 and all("raise NotImplementedError()" in s for s in stubs)
+
+
+def test_release_keeps_the_fixed_grade_ids_and_points(fresh_release):
+    ids = [grade_id(c) for c in fresh_release[1].cells if grade_id(c)]
+    functions = ("reward_to_go", "reinforce_loss", "dr_grpo_advantages", "dr_grpo_loss")
+    expected = ["setup"]
+    for f in functions:
+        expected += [f, f"test_{f}_visible", f"test_{f}_hidden"]
+    assert ids == expected + ["train_agent", "test_train_agent"]
+    points = points_by_test(fresh_release[1])
+    assert all(points[f"test_{f}_hidden"] > points[f"test_{f}_visible"] for f in functions)
+
+
+@pytest.mark.slow
+def test_nbgrader_autograde_scores_a_mutant_like_the_in_process_runner(fresh_release):
+    """One end-to-end nbgrader run: release -> submission with a realistic bug -> autograde -> gradebook."""
+    course, _ = fresh_release
+    mutant = MUTANTS["adv_std_division"]
+    # The training cells are left failing fast here: the trainer has its own end-to-end test.
+    overrides = {mutant.grade_id: mutant.source, "train_agent": "raise RuntimeError('training skipped in this test')"}
+    submission = submission_notebook(course / "release" / NAME / f"{NAME}.ipynb", overrides)
+    target = course / "submitted" / "student_a" / NAME / f"{NAME}.ipynb"
+    target.parent.mkdir(parents=True)
+    nbformat.write(submission, target)
+    _nbgrader(course, "autograde", NAME, "--force", "--ExecutePreprocessor.timeout=300", timeout=600)
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        notebook = gradebook.find_submission_notebook(NAME, NAME, "student_a")
+        graded = {grade.name: float(grade.score) for grade in notebook.grades}
+    in_process = run_notebook({mutant.grade_id: mutant.source})
+    expected = dict(in_process.points, test_train_agent=0.0)
+    assert graded == expected
+    assert graded["test_dr_grpo_advantages_hidden"] == 0.0
+    assert graded["test_dr_grpo_loss_hidden"] == points_by_test()["test_dr_grpo_loss_hidden"]
