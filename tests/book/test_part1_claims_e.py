@@ -40,8 +40,14 @@ def _names_in_the_code(text: str) -> list[tuple[str, str]]:
 
     Only the names before a line's description count (the text after the first "`:").
     """
-    pairs = []
+    items: list[str] = []
     for line in _section(text, "In the code").splitlines():
+        if line.startswith("  ") and items:  # continuation of the previous list item
+            items[-1] += " " + line.strip()
+        else:
+            items.append(line)
+    pairs = []
+    for line in items:
         line = line.split("`:", 1)[0] + "`"
         qualified = QUALIFIED.findall(line)
         if not qualified:
@@ -91,5 +97,9 @@ def test_chapter_computes_with_agent_lab_and_asserts(name):
 
 
 def test_names_parser_expands_shared_module_prefixes():
-    text = "## In the code\n\n- `agent_lab.estimators.gae`, `td_residuals`: see `not_a_name`.\n- plain text line\n"
-    assert _names_in_the_code(text) == [("agent_lab.estimators", "gae"), ("agent_lab.estimators", "td_residuals")]
+    text = ("## In the code\n\n- `agent_lab.estimators.gae`, `td_residuals`: see `not_a_name`.\n- plain text line\n"
+            "- `agent_lab.envs.make_env` (text),\n  `replay`: more\n")
+    assert _names_in_the_code(text) == [
+        ("agent_lab.estimators", "gae"), ("agent_lab.estimators", "td_residuals"),
+        ("agent_lab.envs", "make_env"), ("agent_lab.envs", "replay"),
+    ]
