@@ -27,7 +27,7 @@ import math
 import random
 import re
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -87,8 +87,8 @@ class Level:
 #: Levels 1-3 are trained by default; level 4 is the "deeper" evaluation split.
 LEVELS: dict[int, Level] = {
     1: Level(depth=1, distractors=1, max_count=1, max_ingredients=2, max_yield=1, max_plan=4, slack=2),
-    2: Level(depth=2, distractors=2, max_count=2, max_ingredients=2, max_yield=2, max_plan=7, slack=2),
-    3: Level(depth=3, distractors=2, max_count=2, max_ingredients=2, max_yield=2, max_plan=9, slack=3),
+    2: Level(depth=2, distractors=2, max_count=2, max_ingredients=3, max_yield=2, max_plan=7, slack=2),
+    3: Level(depth=3, distractors=2, max_count=2, max_ingredients=3, max_yield=2, max_plan=9, slack=3),
     4: Level(depth=4, distractors=3, max_count=2, max_ingredients=3, max_yield=2, max_plan=14, slack=3),
 }
 
@@ -311,20 +311,30 @@ def generate_world(seed: int, level: int = 1, goal_pool: str = "train", max_get:
     raise ValueError(f"no world with the parameters of level {level} ({asdict(spec)}) was found for seed {seed}")
 
 
+def _randint(rng: random.Random, low: int, high: int) -> int:
+    """Uniform on ``low..high`` from one ``rng.random()`` call (``Random.randint`` costs several)."""
+    return low + int(rng.random() * (high - low + 1))
+
+
+def _pick(rng: random.Random, seq: Sequence[str]) -> str:
+    """A uniform element of ``seq``."""
+    return seq[int(rng.random() * len(seq))]
+
+
 def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     goals = sorted(HELD_OUT_GOALS) if goal_pool == "held_out" else [x for x in ITEM_NAMES if x not in HELD_OUT_GOALS]
-    goal = rng.choice(goals)
+    goal = _pick(rng, goals)
     others = [x for x in ITEM_NAMES if x != goal]
-    n_items = rng.randint(30, 60)
+    n_items = _randint(rng, 30, 60)
     names = [goal] + rng.sample(others, n_items - 1)
-    n_base = rng.randint(4, 8)
+    n_base = _randint(rng, 4, 8)
     base = names[1 : 1 + n_base]
     craftable = names[1 + n_base :]
     # Depths 1..depth for the other craftable items (each depth at least once), the goal at the top.
     top = max(spec.depth, 2)
     layer = {x: 0 for x in base}
     for i, x in enumerate(craftable):
-        layer[x] = 1 + i % top if i < top else rng.randint(1, top)
+        layer[x] = 1 + i % top if i < top else _randint(rng, 1, top)
     layer[goal] = spec.depth
     by_layer: dict[int, list[str]] = {}
     for x, d in layer.items():
@@ -334,12 +344,15 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     for x in [goal] + craftable:
         d = layer[x]
         lower = below[d]
-        k = rng.randint(1, spec.max_ingredients)
-        first = rng.choice(by_layer[d - 1])  # x itself is on layer d, never on d - 1
-        picks = [first] + [y for y in rng.sample(lower, min(k, len(lower))) if y != first][: k - 1]
+        k = min(_randint(rng, 1, spec.max_ingredients), len(lower))
+        picks = [_pick(rng, by_layer[d - 1])]  # x itself is on layer d, never on d - 1
+        while len(picks) < k:
+            y = _pick(rng, lower)
+            if y not in picks:
+                picks.append(y)
         recipes[x] = {
-            "yield": rng.randint(1, spec.max_yield),
-            "needs": {y: rng.randint(1, spec.max_count) for y in picks},
+            "yield": _randint(rng, 1, spec.max_yield),
+            "needs": {y: _randint(rng, 1, spec.max_count) for y in picks},
         }
     recipes[goal]["yield"] = 1
     world = {"goal": goal, "base": sorted(base), "recipes": recipes}
