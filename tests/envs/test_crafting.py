@@ -267,10 +267,13 @@ def test_shaping_is_potential_based_sums_to_a_constant_and_leaves_success_unshap
             turn += 1
         for log, base in zip(env.episode_logs(), plain.episode_logs()):
             extra = log["return"] - base["return"]
-            # first_craft: Phi ends at scale (0 if nothing is needed); distance: Phi starts at -scale, ends at 0
-            tree_needed = len(goal_tree(log["task"]) & set(log["task"]["recipes"])) > 1
-            expected = 0.2 if (shaping == "distance" or tree_needed) else 0.0
+            # Phi = 0 at the end, so the shaping sums to -Phi(s_0): 0 for first_craft, +scale for distance
+            expected = 0.2 if shaping == "distance" else 0.0
             assert extra == pytest.approx(expected, abs=1e-9)
+            if shaping == "first_craft" and log["success"]:
+                needed = len(goal_tree(log["task"]) & set(log["task"]["recipes"])) - 1
+                last = log["turns"][-1]
+                assert last["task_reward"] == 1.0 and last["reward"] == pytest.approx(1.0 - 0.2 * (needed > 0))
 
 
 def test_first_craft_bonus_is_paid_on_the_first_craft_of_a_needed_intermediate():
@@ -279,6 +282,18 @@ def test_first_craft_bonus_is_paid_on_the_first_craft_of_a_needed_intermediate()
     assert env.step(["get axe 2"]).rewards[0] == 0
     assert env.step(["craft plank"]).rewards[0] == pytest.approx(0.5)
     assert env.step(["craft plank"]).rewards[0] == 0
+    env.step(["get clay 1"])
+    final = env.step(["craft pot"])  # the terminal step pays the collected bonus back (Phi = 0 at the end)
+    assert final.success[0] and final.rewards[0] == pytest.approx(1.0 - 0.5)
+
+
+def test_distance_shaping_rewards_each_planner_step_and_penalises_wasted_ones():
+    env, world = small_env_and_world(shaping="distance", shaping_scale=0.5)
+    env.reset([world])  # 5 planner steps: each one that shortens the plan earns 0.5 / 5
+    assert env.step(["get axe 2"]).rewards[0] == pytest.approx(0.1)
+    assert env.step(["get clay 5"]).rewards[0] == pytest.approx(0.1)
+    assert env.step(["nonsense"]).rewards[0] == pytest.approx(0.0)
+    assert env.step(["craft plank"]).rewards[0] == pytest.approx(0.1)
 
 
 def test_bad_worlds_and_options_raise_clear_errors():

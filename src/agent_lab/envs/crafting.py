@@ -23,14 +23,17 @@ craftable item, crafting a base item or without the ingredients -- is invalid an
 declared rule ``invalid_action`` (``"spend_turn"``: answer ``invalid``, use the step; ``"end_episode"``:
 answer ``invalid``, reward 0). Running out of steps ends the episode with reward 0.
 
-Optional shaping (``shaping``), always potential-based so that with ``shaping_gamma`` equal to the
-trainer's discount it leaves the optimal policies unchanged (Ng et al. 1999; book chapter on shaping in
-:mod:`agent_lab.estimators.shaping`): ``"first_craft"`` uses the potential
-``scale * (needed intermediates crafted at least once) / (needed intermediates)``, so the first craft
-of each needed intermediate earns ``scale / m``; ``"distance"`` uses ``-scale * (planner steps to go) /
-(planner steps at the start)``. Terminal states get the potential's final value (``scale`` and ``0``),
-so the shaping of a whole episode sums to a constant. ``StepBatch.success`` and the log's
-``task_reward`` are always unshaped.
+Optional shaping (``shaping``), always potential-based, ``F = gamma * Phi(s') - Phi(s)`` with
+``gamma = shaping_gamma`` (set it to the trainer's discount) and ``Phi = 0`` at terminal states -- the
+convention of :func:`agent_lab.estimators.potential_based_shaping` -- so a whole episode's shaping
+telescopes to ``-Phi(s_0)``, an action-independent constant, and the optimal policies are unchanged
+(Ng, Harada and Russell 1999). ``"first_craft"``: ``Phi = scale * (needed intermediates crafted at
+least once) / (needed intermediates)``, so the first craft of each of the ``m`` intermediates the
+goal needs earns ``scale / m`` at once, and the episode's last step pays the collected bonus back
+(``Phi(s_0) = 0``: net shaping 0). ``"distance"``: ``Phi = -scale * (planner steps to go) / (planner
+steps at the start)`` (net shaping ``+scale``). The potentials depend on the inventory and on which
+items were crafted, both visible in the history. ``StepBatch.success`` and the log's ``task_reward``
+are always unshaped.
 
 Evaluation splits, fixed by seed ranges: ``"test"`` new worlds at the trained levels, ``"held_out_goals"``
 goals from :data:`~agent_lab.envs.crafting_world.HELD_OUT_GOALS` (never a training goal), ``"deeper"``
@@ -258,15 +261,11 @@ class Crafting(TextEnv):
 
     # ----- shaping (potential-based) -------------------------------------------------------------
     def _potential(self, state: _Episode, done: bool) -> float:
-        """``Phi(s)`` of the chosen shaping; terminal states get its final value."""
-        if self.shaping == "first_craft":
-            if not state.needed:
-                return 0.0
-            if done:
-                return self.shaping_scale
-            return self.shaping_scale * len(state.crafted & state.needed) / len(state.needed)
+        """``Phi(s)`` of the chosen shaping; 0 at terminal states."""
         if done:
             return 0.0
+        if self.shaping == "first_craft":
+            return self.shaping_scale * len(state.crafted & state.needed) / max(1, len(state.needed))
         return -self.shaping_scale * self._steps_to_go(state) / state.start_steps
 
     def _snapshot(self, state: _Episode) -> float | None:
