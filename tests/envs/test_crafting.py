@@ -374,3 +374,11 @@ def test_random_play_logs_replay_exactly():
         env.step(texts)
     for log in json.loads(json.dumps(env.episode_logs())):
         assert json.loads(json.dumps(replay(log))) == log
+
+
+def test_item_names_are_unique_single_words_distinct_from_protocol_words():
+    from agent_lab.envs.crafting import _KEYWORDS
+
+    assert len(set(ITEM_NAMES)) == len(ITEM_NAMES) >= 60 + len(HELD_OUT_GOALS)
+    assert not set(ITEM_NAMES) & set(_KEYWORDS)
+    assert all(name.isalpha() and name.islower() for name in ITEM_NAMES)
