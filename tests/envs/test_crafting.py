@@ -16,6 +16,7 @@ from agent_lab.envs.crafting_world import (
     HELD_OUT_GOALS,
     ITEM_NAMES,
     LEVELS,
+    Level,
     bfs_min_steps,
     check_world,
     generate_world,
@@ -318,6 +319,13 @@ def test_bad_worlds_and_options_raise_clear_errors():
         env.reset([{"goal": "pot"}])
     with pytest.raises(ValueError, match="level"):
         generate_world(0, 9)
+    # a depth-3 goal needs at least 3 crafts and a get: no world fits a 2-step plan
+    with pytest.raises(ValueError, match="no world"):
+        generate_world(0, 3, spec=Level(depth=3, distractors=1, max_count=1, max_ingredients=1, max_yield=1, max_plan=2, slack=0))
+    with pytest.raises(ValueError, match="spec.max_ingredients"):
+        generate_world(0, 1, spec=Level(depth=1, distractors=1, max_count=1, max_ingredients=4, max_yield=1, max_plan=4, slack=0))
+    custom = generate_world(0, 1, spec=Level(depth=2, distractors=0, max_count=1, max_ingredients=1, max_yield=1, max_plan=9, slack=1))
+    assert item_depths(custom)[custom["goal"]] == 2 and custom["budget"] == optimal_steps(custom) + 1
     with pytest.raises(ValueError, match="train_levels"):
         make_env("crafting", train_levels=[0])
     with pytest.raises(ValueError, match="deeper_level"):

@@ -284,19 +284,23 @@ def bfs_min_steps(
 
 
 # ----- generation ---------------------------------------------------------------------------------
-def generate_world(seed: int, level: int = 1, goal_pool: str = "train", max_get: int = 8) -> dict:
+def generate_world(
+    seed: int, level: int = 1, goal_pool: str = "train", max_get: int = 8, spec: Level | None = None
+) -> dict:
     """A world from ``seed`` at ``level`` (see :data:`LEVELS`), as a JSON-serialisable task dict.
 
     ``goal_pool="train"`` draws the goal from names outside :data:`HELD_OUT_GOALS`, ``"held_out"`` from
-    inside. The draw is retried (with the next stream of the same seed) until the goal has exactly the
-    level's depth, enough distractors exist and the optimal plan fits ``max_plan``; a level whose
-    parameters admit no such world raises ``ValueError``. The budget is the optimal plan plus the slack.
+    inside. ``spec`` replaces the level's parameters (for experiments; ``level`` still seeds the draw).
+    The draw is retried (with the next stream of the same seed) until enough distractors exist and the
+    optimal plan fits ``max_plan``; parameters that admit no such world raise ``ValueError``. The
+    budget is the optimal plan plus the slack.
     """
     seed = check_int("seed", seed, 0)
     if level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, got {level!r}")
     check_choice("goal_pool", goal_pool, ("train", "held_out"))
-    spec = LEVELS[level]
+    max_get = check_int("max_get", max_get, 1, MAX_STACK)
+    spec = LEVELS[level] if spec is None else _check_level(spec)
     for attempt in range(256):
         # Python's Random (an int seed is used as is, the same on every run and platform) is several times
         # faster than numpy for these many small draws.
@@ -309,6 +313,19 @@ def generate_world(seed: int, level: int = 1, goal_pool: str = "train", max_get:
             world.update(seed=seed, level=level, budget=steps + spec.slack)
             return world
     raise ValueError(f"no world with the parameters of level {level} ({asdict(spec)}) was found for seed {seed}")
+
+
+def _check_level(spec: Any) -> Level:
+    if not isinstance(spec, Level):
+        raise ValueError(f"spec must be a crafting_world.Level, got {type(spec).__name__}")
+    check_int("spec.depth", spec.depth, 1, 6)
+    check_int("spec.distractors", spec.distractors, 0, 10)
+    check_int("spec.max_count", spec.max_count, 1, 9)
+    check_int("spec.max_ingredients", spec.max_ingredients, 1, 3)
+    check_int("spec.max_yield", spec.max_yield, 1, 9)
+    check_int("spec.max_plan", spec.max_plan, 1, 99)
+    check_int("spec.slack", spec.slack, 0, 99)
+    return spec
 
 
 def _randint(rng: random.Random, low: int, high: int) -> int:
