@@ -28,6 +28,11 @@ ASSETS=.venv/share/agent-lab-book
 MATHJAX_VERSION=3.2.2
 MATHJAX_DIR=$ASSETS/static/mathjax
 
+mkdir -p "$BUILD"
+# Several people may build at once in one checkout: take turns instead of clobbering each other's output.
+exec 9>"$BUILD/.build.lock"
+flock 9
+
 # --- 1. local MathJax --------------------------------------------------------------------------
 if [ ! -f "$MATHJAX_DIR/tex-chtml.js" ] || [ "$(cat "$ASSETS/mathjax.version" 2>/dev/null)" != "$MATHJAX_VERSION" ]; then
   if ! command -v npm >/dev/null 2>&1; then
@@ -52,7 +57,6 @@ if [ "${AGENT_LAB_BOOK_FORCE:-0}" = "1" ] || [ "$(cat "$STAMP" 2>/dev/null)" != 
   if [ -d "$CACHE" ]; then echo "package source ($SOURCE) changed: clearing the notebook execution cache"; fi
   rm -rf "$CACHE"
 fi
-mkdir -p "$BUILD"
 
 # --- 3. build ------------------------------------------------------------------------------------
 export AGENT_LAB_STATIC_WIDGETS=1

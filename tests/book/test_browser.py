@@ -103,6 +103,9 @@ def _check_page(browser, base: str, rel: str) -> tuple[list[str], object]:
             if urlparse(r.url).hostname in LOCAL_HOSTS else None)
     page.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
     page.goto(base + rel, wait_until="load")
+    if rel == "index.html":  # Sphinx's index.html only redirects to the root document
+        page.wait_for_url("**/intro.html", timeout=10_000)
+        page.wait_for_load_state("load")
     result = page.evaluate(_PAGE_CHECK)
     if result["mathNodes"] and not result["typeset"]:
         problems.append(f"{result['mathNodes']} math nodes but nothing typeset by MathJax")
