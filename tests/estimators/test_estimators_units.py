@@ -244,3 +244,12 @@ def test_expand_to_tokens_broadcasts_sequence_values():
     assert E.expand_to_tokens(torch.tensor([1.0, 2.0]), like).tolist() == [[1.0] * 3, [2.0] * 3]
     same = torch.ones(2, 3)
     assert E.expand_to_tokens(same, like) is same
+
+
+@pytest.mark.parametrize("objective", E.OBJECTIVES)
+def test_aggregate_ignores_nan_and_inf_outside_the_mask(objective):
+    s = T([1.0, float("nan"), 3.0], [float("inf"), 2.0, -float("inf")])
+    mask = torch.tensor([[1, 0, 1], [0, 1, 0]])
+    turn_ids = torch.tensor([[0, -1, 1], [-1, 0, -1]])
+    numerator, denominator = E.aggregate(s, mask, objective, turn_ids=turn_ids, max_tokens=3)
+    assert math.isfinite(numerator.item()) and math.isfinite(denominator.item())
