@@ -2,7 +2,7 @@
 
 Group estimators take ``rewards`` ``[B]`` made of contiguous groups of ``group_size`` samples of one task
 (rows ``[g*G, (g+1)*G)``). Turn estimators take padded ``[B, T]`` batches with a ``turn_mask``.
-Book: part 1, "Group-relative advantages" (seed 000 section 6), part 2, "Actor-critic and temporal-difference
+Lecture sections: "Group-relative advantages" (seed 000 section 6), "Actor-critic and temporal-difference
 residuals" and "Group and leave-one-out baselines" (seed 004 sections 8 and 12).
 """
 
@@ -45,6 +45,7 @@ def group_centered_advantages(rewards: Any, group_size: int) -> Tensor:
     Sums to zero within each group; an all-equal group gives exact zeros. Because :math:`\bar R` includes
     :math:`R_j`, the expected policy gradient is :math:`(G-1)/G` of the true one (a uniform shrink, the
     direction is unbiased). Shapes: ``rewards`` ``[B]``, ``B`` a multiple of ``group_size``; returns ``[B]``.
+    Book: part1/06_group_relative_advantages.
     """
     _, centred, _ = _grouped(rewards, group_size)
     return centred.reshape(-1)
@@ -64,6 +65,7 @@ def group_standardized_advantages(
     constant to a group's rewards and to scaling them by c > 0 (up to eps), which is why it is a
     *relative* score, not an absolute measure of utility. Dividing by a sample-dependent std makes the
     estimator biased. Shapes: ``rewards`` ``[B]``; returns ``[B]``.
+    Book: part1/06_group_relative_advantages, part2/04_kl_and_group_baselines.
     """
     eps = float(eps)
     if not eps >= 0.0:
@@ -83,6 +85,7 @@ def rloo_advantages(rewards: Any, group_size: int) -> Tensor:
 
     The baseline excludes sample j, so the estimator is unbiased for i.i.d. samples of one task. Needs
     ``group_size`` >= 2. Shapes: ``rewards`` ``[B]``; returns ``[B]``.
+    Book: part2/04_kl_and_group_baselines.
     """
     _, centred, _ = _grouped(rewards, group_size, minimum=2)
     return (centred * (group_size / (group_size - 1))).reshape(-1)
@@ -104,6 +107,7 @@ def td_residuals(
     ``bootstrap_values[i]`` if it was truncated (see :func:`agent_lab.estimators.final_values`).
     Shapes: ``rewards``, ``values`` (critic :math:`V(h_t)`, pass it detached), ``turn_mask``: ``[B, T]``;
     ``terminated`` ``[B]``; ``bootstrap_values`` ``[B]`` or None. Returns ``[B, T]``, zero at padded turns.
+    Book: part1/05_reward_to_go_td_gae.
     """
     rewards, real, final = _turn_inputs(rewards, turn_mask, terminated, bootstrap_values)
     gamma = unit_interval("gamma", gamma)
@@ -135,6 +139,7 @@ def gae(
     TD residual; ``lam = 1`` gives the (bootstrapped) discounted return minus the value. Value targets
     for the critic are ``gae(...) + values``. Shapes as in :func:`td_residuals`; returns ``[B, T]``.
     ``gamma`` and ``lam`` must lie in [0, 1].
+    Book: part1/05_reward_to_go_td_gae, part2/03_critics_and_importance_sampling.
     """
     lam = unit_interval("lam", lam)
     delta = td_residuals(rewards, values, turn_mask, gamma, terminated, bootstrap_values)

@@ -3,7 +3,7 @@
 The denominator is part of the objective (seed 004 section 13): token mean, sequence mean, a constant and
 per-turn averaging weight tokens differently. Every objective is returned as ``(numerator, denominator)``
 so that several workers can sum both and divide once; averaging locally normalised losses is a different
-objective whenever workers hold different token counts. Book: part 2, "Loss normalization and length bias".
+objective whenever workers hold different token counts. Lecture sections: "Loss normalization and length bias".
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def aggregate(
     gradient). Sign: this aggregates a surrogate to maximise; the loss is ``-numerator / denominator``
     (or :func:`reduce_loss` of ``-numerator`` and ``denominator``). Padding columns (mask 0) change nothing,
     and splitting rows across micro-batches or workers and summing both parts gives the same objective.
+    Book: part2/05_loss_normalisation.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -101,6 +102,7 @@ def reduce_loss(numerator: Tensor, denominator: Tensor, process_group: Any = Non
 
     A zero denominator (no action tokens anywhere) returns the numerator itself (then 0, with zero
     gradient) instead of NaN. Both inputs must be 0-dim tensors (see :func:`aggregate`).
+    Book: part2/05_loss_normalisation.
     """
     for name, value in (("numerator", numerator), ("denominator", denominator)):
         if not isinstance(value, Tensor) or value.ndim != 0:
@@ -124,5 +126,6 @@ def local_loss(numerator: Tensor, denominator: Tensor) -> Tensor:
     Kept for comparison only: DDP-averaging these over workers weights each worker's tokens by
     1/(its own denominator), which differs from the concatenated-batch objective unless every worker
     has the same denominator. Use :func:`reduce_loss` for training.
+    Book: part2/05_loss_normalisation.
     """
     return numerator / torch.where(denominator > 0, denominator, torch.ones_like(denominator))

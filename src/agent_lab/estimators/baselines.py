@@ -3,7 +3,7 @@
 A baseline b is subtracted from the return before it multiplies the score. If b does not depend on the
 sampled action the expected gradient is unchanged (seed 000 section 4, seed 004 section 7); only the
 variance moves. Group baselines use the other samples of the same task (seed 004 section 12).
-Book: part 1, "Baselines" and "Group-relative advantages".
+Lecture sections: "Baselines" and "Group-relative advantages".
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def constant_baseline(rewards: Any, value: float) -> Tensor:
     r"""The same baseline :math:`b_i = b` for every sample: a tensor shaped like ``rewards``, filled with ``value``.
 
     Unbiased for any finite constant, because :math:`\mathbb E[b \nabla \log \pi] = b \nabla 1 = 0`.
+    Book: part1/04_baselines.
     """
     rewards = as_float_tensor("rewards", rewards)
     level = as_float_tensor("value", value)
@@ -45,6 +46,7 @@ def running_mean_update(mean: Any, count: int, rewards: Any) -> tuple[Tensor, in
     the new batch (any shape, all entries used). Returns ``(new_mean, new_count)``: a 0-dim tensor and an int.
     The baseline for a batch must be the mean *before* that batch is folded in, or it depends on the
     batch's own actions.
+    Book: part1/04_baselines.
     """
     rewards = as_float_tensor("rewards", rewards).detach()
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
@@ -79,6 +81,7 @@ def optimal_constant_baseline(
     Shapes: ``rewards`` ``[N]``; ``scores`` ``[N]`` or ``[N, D]``. For ``[N, D]`` the default returns one
     scalar that minimises the total variance (the trace), with :math:`Z^2` read as :math:`\lVert Z\rVert^2`;
     ``per_dimension=True`` returns ``[D]``, one optimal constant per parameter direction.
+    Book: part1/04_baselines.
     """
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, (1,), "[N]")
@@ -115,6 +118,7 @@ def group_mean_baseline(rewards: Any, group_size: int) -> Tensor:
     The mean includes the sample's own return, so it is *not* action-independent: the expected gradient
     of :math:`(R_j - \bar R)\nabla\log\pi(a_j)` is :math:`(G-1)/G` of the true gradient for i.i.d. samples.
     Shapes: ``rewards`` ``[B]`` made of ``B/G`` contiguous groups; returns ``[B]``.
+    Book: part1/06_group_relative_advantages.
     """
     rewards = as_float_tensor("rewards", rewards)
     groups = group_count(rewards, group_size)
@@ -129,6 +133,7 @@ def leave_one_out_baseline(rewards: Any, group_size: int) -> Tensor:
 
     Independent of sample j given the task, hence unbiased. Needs ``group_size`` of at least 2.
     Shapes: ``rewards`` ``[B]`` made of ``B/G`` contiguous groups; returns ``[B]``.
+    Book: part1/04_baselines, part2/04_kl_and_group_baselines.
     """
     rewards = as_float_tensor("rewards", rewards)
     groups = group_count(rewards, group_size, minimum=2)

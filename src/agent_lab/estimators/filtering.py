@@ -1,6 +1,6 @@
 """ReST-EM filtering: keep the successful samples for an SFT-style update, and keep everything for analysis.
 
-Book: part 1, "Why SFT, filtered self-training, and RL differ" (seed 000 section 2).
+Lecture sections: "Why SFT, filtered self-training, and RL differ" (seed 000 section 2).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def rest_em_filter(
     dataset. Nothing is dropped from ``scores``: failures are retained for analysis even though the
     filtered loss never trains on them. A batch without successes keeps nothing (the method then learns
     nothing). Shapes: ``rewards`` ``[B]``; see :class:`RestEMSelection`.
+    Book: part1/02_sft_rest_rl.
     """
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, (1,), "[B] (one score per sample)")

@@ -2,7 +2,7 @@
 
 Tensor contract (seed 004 section 18): for causal logits ``logits[:, :-1]`` the target is
 ``input_ids[:, 1:]``; every ``[B, L-1]`` tensor here is aligned with the *target* token.
-Book: part 2, "Importance sampling and policy versions", "KL regularization and the reference policy"
+Lecture sections: "Importance sampling and policy versions", "KL regularization and the reference policy"
 and "Entropy and exploration" (seed 004 sections 9, 11 and 15).
 """
 
@@ -44,6 +44,7 @@ def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
     Shapes: ``logits`` ``[B, L-1, V]`` (already shifted: position j predicts ``targets[:, j]``), ``targets``
     ``[B, L-1]`` integer ids in ``[0, V)``; returns ``[B, L-1]`` (float32 for half-precision logits).
     Gather-minus-logsumexp avoids materialising the full ``[B, L-1, V]`` log-softmax.
+    Book: part2/00_nested_policies, part2/09_tensor_contract.
     """
     logits = _logits(logits)
     if not isinstance(targets, Tensor) or targets.dtype.is_floating_point or targets.dtype == torch.bool:
@@ -69,6 +70,7 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     Numerically stable: computed from log-softmax, so logits of any magnitude work; entries at ``-inf``
     (a masked vocabulary) contribute exactly 0 and give a finite gradient. Shapes: ``[..., V]`` -> ``[...]``.
     In nats. Sign: this is the quantity an entropy *bonus* adds to the objective to maximise.
+    Book: part2/07_entropy_and_constraints.
     """
     logits = _logits(logits)
     log_p = torch.log_softmax(logits, dim=-1)
@@ -92,6 +94,7 @@ def token_log_ratios(logprobs: Any, old_logprobs: Any, action_mask: Tensor | Non
     ``old_logprobs`` are the behaviour log-probs stored at sampling time (never recomputed from
     re-tokenised text); they are detached here. Positions outside ``action_mask`` get log-ratio 0
     (ratio 1), whatever the stored value there. Shapes: ``[B, L-1]`` in, ``[B, L-1]`` out.
+    Book: part2/03_critics_and_importance_sampling.
     """
     lp, old = _pair("logprobs", logprobs, "old_logprobs", old_logprobs)
     diff = lp - old.detach()
@@ -112,6 +115,7 @@ def sequence_log_ratios(
     The product ratio is the exact sequence importance weight but has enormous variance on long
     sequences (seed 004 section 9); the length-normalised geometric mean (GSPO style) is a biased,
     tamer alternative. A row without action tokens gets 0. Shapes: ``[B, L-1]`` in, ``[B]`` out.
+    Book: part2/03_critics_and_importance_sampling.
     """
     if normalize not in ("sum", "mean"):
         raise ValueError(f"normalize must be 'sum' or 'mean', got {normalize!r}")
@@ -141,6 +145,7 @@ def kl_estimate(
     policy they estimate something else (seed 004 section 20). Summing over a sequence gives the sequence
     KL; dividing by length changes the objective (seed 004 section 11). Positions outside ``action_mask``
     are 0. Shapes: ``[B, L-1]`` (any equal shapes) in and out. ``ref_logprobs`` is detached.
+    Book: part2/04_kl_and_group_baselines.
     """
     if kind not in KL_KINDS:
         raise ValueError(f"kind must be one of {KL_KINDS}, got {kind!r}")

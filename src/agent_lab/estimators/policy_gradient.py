@@ -2,8 +2,8 @@
 
 Sign convention: a *surrogate* is the per-token quantity to MAXIMISE; its gradient is the policy-gradient
 estimate. A loss to minimise is ``-aggregate(surrogate, action_mask, objective)`` reduced with
-:func:`agent_lab.estimators.reduce_loss`. Book: part 1, "The score-function identity" and "Baselines",
-part 2, "Deriving REINFORCE" and "PPO's clipped surrogate" (seed 000 sections 3-5, seed 004 sections 6 and 10).
+:func:`agent_lab.estimators.reduce_loss`. Lecture sections: "The score-function identity" and "Baselines",
+"Deriving REINFORCE" and "PPO's clipped surrogate" (seed 000 sections 3-5, seed 004 sections 6 and 10).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def expand_to_tokens(values: Any, like: Tensor, turn_ids: Tensor | None = None, 
     * ``[B, T]`` with ``turn_ids`` ``[B, L-1]``: token j gets ``values[i, turn_ids[i, j]]``, and 0 where
       ``turn_ids`` is -1 (prompt, observations, padding);
     * ``[B, L-1]``: returned unchanged.
+    Book: part2/09_tensor_contract.
     """
     values = as_float_tensor(name, values)
     batch_len = tuple(like.shape)
@@ -68,6 +69,7 @@ def reinforce_surrogate(
     with ``turn_ids`` (e.g. reward-to-go per turn, so an action is credited only with later rewards), or
     ``[B, L-1]``. ``baseline`` (optional, same shape as ``coefficients``) is subtracted first. Returns
     ``[B, L-1]``; mask and normalise it with :func:`agent_lab.estimators.aggregate`.
+    Book: part1/03_score_function_reinforce, part2/02_trajectory_probability.
     """
     logprobs = as_float_tensor("logprobs", logprobs, finite=False)
     check_ndim("logprobs", logprobs, (2,), "[B, L-1]")
@@ -139,6 +141,7 @@ def ppo_clipped_surrogate(
     such tokens), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (over masked tokens), ``approx_kl`` (mean
     k3 estimate of KL(old || new) over masked tokens; these four are NaN when no token is masked in),
     and the counts ``n_pos``, ``n_neg``, ``n_tokens``. Clipping is not a KL guarantee: log them.
+    Book: part1/07_off_policy_ppo_kl_rewards.
     """
     low = unit_interval("clip_eps", clip_eps)
     high = low if clip_eps_high is None else float(clip_eps_high)

@@ -1,7 +1,7 @@
 """Returns over padded ``[B, T]`` turn batches: reward-to-go and bootstrapped discounted returns.
 
-Book: part 1, "Reward-to-go" (seed 000 section 5) and part 2, "Return, value, action value, and advantage"
-(seed 004 sections 4 and 8, including termination versus truncation).
+Seed 000 section 5 (reward-to-go) and seed 004 sections 4 and 8 (returns, termination versus truncation).
+Each function's docstring names the book chapter (``book/partN/...``) that explains it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def reward_to_go(rewards: Any, gamma: float = 1.0, mask: Tensor | None = None) -
     row is treated as terminated (use :func:`discounted_returns` for truncated rows).
 
     Normalisation: none (a sum of discounted rewards). ``gamma`` must lie in [0, 1].
+    Book: part1/05_reward_to_go_td_gae.
     """
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, range(1, 64), "[..., T] with at least one dimension")
@@ -70,6 +71,7 @@ def final_values(terminated: Tensor, bootstrap_values: Any, like: Tensor) -> Ten
     turns) is continued by the critic's estimate ``bootstrap_values[i]``. ``bootstrap_values=None`` is the
     rule for critic-free methods: the truncated row is scored as if it had ended (value 0). Shapes:
     ``terminated`` ``[B]`` bool, ``bootstrap_values`` ``[B]`` or None; returns ``[B]``.
+    Book: part1/05_reward_to_go_td_gae.
     """
     batch = like.shape[0]
     if bootstrap_values is None:
@@ -98,6 +100,7 @@ def discounted_returns(
     critic value of the state after the last real turn, used only where ``terminated`` is false (None:
     zero, see :func:`final_values`). Returns ``[B, T]`` with zeros at padded turns.
     Normalisation: none. ``gamma`` must lie in [0, 1].
+    Book: part1/05_reward_to_go_td_gae, part2/03_critics_and_importance_sampling.
     """
     rewards, real, final = _turn_inputs(rewards, turn_mask, terminated, bootstrap_values)
     gamma = unit_interval("gamma", gamma)

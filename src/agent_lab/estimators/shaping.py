@@ -1,6 +1,6 @@
 """Potential-based reward shaping.
 
-Book: part 1, "Reward-to-go improves temporal credit assignment" (seed 000 section 5) and part 2,
+Lecture sections: "Reward-to-go improves temporal credit assignment" (seed 000 section 5) and
 "Multi-turn credit assignment" (seed 004 section 14).
 """
 
@@ -34,6 +34,7 @@ def potential_based_shaping(
     telescopes to :math:`\sum_t \gamma^t \tilde r_t = \sum_t \gamma^t r_t - \Phi(s_0)`, an action-independent
     shift. That is why the optimal policy is preserved in an MDP (Ng et al., 1999); the theorem's Markov
     assumptions must be checked for partially observed agents. Returns ``[B, T]``.
+    Book: part1/05_reward_to_go_td_gae, part2/06_credit_assignment.
     """
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, (2,), "[B, T] (one reward per turn)")

@@ -1,8 +1,8 @@
 """Estimator diagnostics: sparse-reward odds, degenerate groups, ESS, per-sample contributions, policy lag.
 
-Book: part 1, "Trajectories couple a policy to an environment" (P(at least one success)), "The score-function
+Lecture sections: "Trajectories couple a policy to an environment" (P(at least one success)), "The score-function
 identity" (per-sample contribution norms, seed 000 section 3), "Group-relative advantages" (degenerate groups);
-part 2, "Estimator diagnostics" (seed 004 section 17).
+"Estimator diagnostics" (seed 004 section 17).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ def prob_at_least_one_success(p: Any, n: int) -> Tensor:
 
     Computed as ``-expm1(N * log1p(-p))`` so tiny p keep their digits. ``p`` is a number or a tensor of
     probabilities (element-wise); returns a tensor of the same shape. E.g. p=0.01, N=100 gives 0.634.
+    Book: part1/01_trajectories_and_support.
     """
     p = _probability(p)
     n = positive_int("n", n)
@@ -58,6 +59,7 @@ def degenerate_group_probability(p: Any, group_size: int) -> Tensor:
     .. math:: P(\text{degenerate}) = p^G + (1-p)^G
 
     Batched form of the lecture's ``degenerate_binary_group_probability``; element-wise over a tensor p.
+    Book: part1/06_group_relative_advantages.
     """
     p = _probability(p)
     size = positive_int("group_size", group_size)
@@ -68,6 +70,7 @@ def degenerate_group_fraction(rewards: Any, group_size: int) -> Tensor:
     """Observed share of groups whose rewards are all equal (they get zero centred advantage).
 
     Shapes: ``rewards`` ``[B]`` in contiguous groups; returns a 0-dim tensor in [0, 1].
+    Book: part2/08_diagnostics.
     """
     rewards = as_float_tensor("rewards", rewards)
     groups = group_count(rewards, group_size)
@@ -83,6 +86,7 @@ def effective_sample_size(weights: Any, *, log_weights: bool = False) -> Tensor:
     Between 1 (one weight dominates) and N (all equal). ``log_weights=True`` takes :math:`\log w` (e.g.
     sequence log-ratios) and evaluates :math:`\exp(2\,\mathrm{LSE}(\log w) - \mathrm{LSE}(2 \log w))`,
     which cannot overflow. Weights must be non-negative and not all zero. Shapes: ``[..., N]`` -> ``[...]``.
+    Book: part2/08_diagnostics.
     """
     if log_weights:
         log_w = as_float_tensor("weights", weights, finite=False)
@@ -109,6 +113,7 @@ def per_sample_gradient_norms(contributions: Tensor, parameters: Iterable[Tensor
     surrogate, :math:`c_i = A_i \log p_\theta(\tau_i)`, so :math:`g_i = A_i \nabla \log p_\theta(\tau_i)`
     (seed 000 section 3). One backward pass per sample (a diagnostic, not for every step). Returns ``[N]``,
     detached. Parameters a sample does not touch contribute zero.
+    Book: part1/03_score_function_reinforce.
     """
     if not isinstance(contributions, Tensor) or contributions.ndim != 1 or contributions.numel() == 0:
         got = tuple(contributions.shape) if isinstance(contributions, Tensor) else type(contributions).__name__
@@ -131,6 +136,7 @@ def top_share(values: Any, k: int = 1) -> Tensor:
 
     Applied to per-sample gradient norms it shows whether a few rare samples dominate the batch
     (seed 000 section 3). ``values`` ``[N]`` non-negative, not all zero; ``1 <= k <= N``. Returns 0-dim.
+    Book: part1/03_score_function_reinforce.
     """
     values = as_float_tensor("values", values)
     check_ndim("values", values, (1,), "[N]")
@@ -150,6 +156,7 @@ def policy_lag(policy_version: Any, current_version: int) -> Tensor:
 
     ``policy_version`` ``[B]`` integer tags recorded at sampling time; returns ``[B]`` (0 = on-policy).
     A tag newer than ``current_version`` means the tags are wrong, so it raises.
+    Book: part2/08_diagnostics.
     """
     if not isinstance(policy_version, Tensor):
         policy_version = torch.as_tensor(policy_version)
