@@ -9,8 +9,14 @@ equivalence on a real submission.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import copy
+import math
 import pathlib
+import sys
+import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import nbformat
@@ -61,6 +67,41 @@ class Score:
         return [name for name, ok in self.passed.items() if not ok]
 
 
+@contextlib.contextmanager
+def restored_globals() -> Iterator[None]:
+    """Undo, on exit, what a submission monkeypatched in torch, numpy, math, builtins and agent_lab.
+
+    The runner executes submissions in the test process, so a patch must not leak into the next test.
+    """
+    import numpy
+    import numpy.testing
+    import torch
+    import torch.nn.functional
+    import torch.testing
+
+    names = ("torch", "torch.autograd", "torch.testing", "torch.nn.functional", "numpy", "numpy.testing")
+    modules = [sys.modules[n] for n in names] + [math, builtins]
+    modules += [m for n, m in list(sys.modules.items()) if n.startswith("agent_lab") and m is not None]
+    saved = [(m, dict(vars(m))) for m in modules]
+    tensor_saved = dict(vars(torch.Tensor))
+    codes = [(f, f.__code__) for m, d in saved for f in d.values()
+             if type(f) is types.FunctionType and f.__module__.startswith("agent_lab")]
+    try:
+        yield
+    finally:
+        for function, code in codes:
+            function.__code__ = code
+        for module, old in saved:
+            for key, value in old.items():
+                if vars(module).get(key, object()) is not value:
+                    setattr(module, key, value)
+        for key in [k for k in vars(torch.Tensor) if k not in tensor_saved]:
+            delattr(torch.Tensor, key)
+        for key, value in tensor_saved.items():
+            if vars(torch.Tensor).get(key, object()) is not value:
+                setattr(torch.Tensor, key, value)
+
+
 def run_notebook(
     solutions: dict[str, str] | None = None,
     *,
@@ -72,8 +113,11 @@ def run_notebook(
     ``solutions`` maps a solution grade_id to the source that replaces that cell. Test cells record
     pass/fail and points; an error in a non-test cell propagates (the notebook itself is broken).
     """
-    notebook = copy.deepcopy(notebook or load_source())
-    solutions = dict(solutions or {})
+    with restored_globals():
+        return _run(copy.deepcopy(notebook or load_source()), dict(solutions or {}), include_training)
+
+
+def _run(notebook: nbformat.NotebookNode, solutions: dict[str, str], include_training: bool) -> Score:
     points = points_by_test(notebook)
     namespace: dict[str, object] = {"__name__": "__main__"}
     score = Score()
