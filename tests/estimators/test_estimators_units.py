@@ -233,6 +233,8 @@ def test_per_sample_gradient_norms_and_top_share():
     assert norms.tolist() == pytest.approx([1.0, 10.0, 0.0])
     assert E.top_share(norms, 1).item() == pytest.approx(10 / 11)
     assert E.top_share(norms, 3).item() == pytest.approx(1.0)
+    unused = torch.zeros(3, dtype=DTYPE, requires_grad=True)  # a parameter no sample touches adds nothing
+    assert E.per_sample_gradient_norms(features @ theta, [theta, unused]).tolist() == pytest.approx([1.0, 5.0, 0.0])
 
 
 def test_policy_lag_counts_optimizer_steps():
@@ -253,3 +255,18 @@ def test_aggregate_ignores_nan_and_inf_outside_the_mask(objective):
     turn_ids = torch.tensor([[0, -1, 1], [-1, 0, -1]])
     numerator, denominator = E.aggregate(s, mask, objective, turn_ids=turn_ids, max_tokens=3)
     assert math.isfinite(numerator.item()) and math.isfinite(denominator.item())
+
+
+def test_reduce_loss_in_a_one_process_group_all_reduces_the_denominator(tmp_path):
+    # In-process companion of the two-process invariant test: exercises the distributed branch here.
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        numerator = torch.tensor(3.0, dtype=DTYPE, requires_grad=True)
+        loss = E.reduce_loss(numerator, torch.tensor(4.0, dtype=DTYPE))
+        loss.backward()
+        assert loss.item() == 0.75 and numerator.grad.item() == 0.25
+    finally:
+        dist.destroy_process_group()

@@ -126,8 +126,9 @@ def per_sample_gradient_norms(contributions: Tensor, parameters: Iterable[Tensor
     norms = []
     for i in range(contributions.shape[0]):
         grads = torch.autograd.grad(contributions[i], params, retain_graph=True, allow_unused=True)
-        squared = sum((g.detach().double().square().sum() for g in grads if g is not None), torch.zeros((), dtype=torch.float64))
-        norms.append(squared.sqrt())
+        # Sum squares in at least float32 (half-precision sums of many squares lose the small ones).
+        squared = [g.detach().to(torch.promote_types(g.dtype, torch.float32)).square().sum() for g in grads if g is not None]
+        norms.append(torch.stack(squared).sum().sqrt() if squared else contributions.new_zeros(()))
     return torch.stack(norms).to(contributions.dtype)
 
 
