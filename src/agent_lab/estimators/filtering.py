@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from ._validation import as_float_tensor, check_ndim, group_count, positive_int
