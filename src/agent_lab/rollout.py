@@ -316,8 +316,9 @@ def collect_rollouts(
                 ids[b, : len(p)] = torch.tensor(p)
                 valid[b, : len(p)] = True
                 for j, (l, t, a) in enumerate(pending_meta[b]):
-                    if a is not None:
-                        act[b, j], lp[b, j], turn[b, j], allowed[b, j] = True, l, t, a
+                    if a is not None:  # a policy token (the newline closing an action)
+                        act[b, j], lp[b, j], turn[b, j] = True, l, t
+                        allowed[b, j] = a
         ids, valid = ids.to(device), valid.to(device)
         record(ids, valid, act.to(device), lp.to(device), turn.to(device), allowed)
         lens = torch.tensor([len(p) for p in pending], device=device)
@@ -339,12 +340,13 @@ def collect_rollouts(
             allowed = constraint.masks(n_words, prefixes, cands)
             new_tok, new_lp = sample_tokens(last_logits, allowed, sampling, generator)
             is_nl = new_tok == tok.nl_id
+            nl_l, lp_l, tok_l = is_nl.tolist(), new_lp.tolist(), new_tok.tolist()
             for b in acting.nonzero().squeeze(-1).tolist():
-                if bool(is_nl[b]):  # the newline is fed with the next observation chunk
+                if nl_l[b]:  # the newline is fed with the next observation chunk
                     pending[b].append(tok.nl_id)
-                    pending_meta[b].append((float(new_lp[b]), t, allowed[b]))
+                    pending_meta[b].append((lp_l[b], t, allowed[b]))
                 else:
-                    prefixes[b].append(int(new_tok[b]))
+                    prefixes[b].append(tok_l[b])
             words = acting & ~is_nl
             acting = words
             if not bool(words.any()):
@@ -467,37 +469,31 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None)
             if t < len(d):
                 rewards[b, t], turn_mask[b, t] = float(step.rewards[b]), True
                 success[b] = bool(step.success[b])
-    rows_ids, rows_act, rows_turn, rows_allowed = [], [], [], []
+    rows_ids, rows_act, rows_turn, rows_forced = [], [], [], []
     for d in demos:
-        ids, act, turn, allowed = [tok.bos_id], [False], [-1], [constraint.base.new_ones(len(tok))]
+        ids, act, turn, forced = [tok.bos_id], [False], [-1], [False]
         for t, (obs, action) in enumerate(d):
             o = tok.encode(obs) + [tok.nl_id]  # the prompt, then the observation after each action
-            ids += o
-            act += [False] * len(o)
-            turn += [-1] * len(o)
-            allowed += [constraint.base.new_ones(len(tok))] * len(o)
             a = tok.encode(action) + [tok.nl_id]
-            for j, x in enumerate(a):
-                n_words = torch.tensor([j])
-                allowed.append(constraint.masks(n_words, [a[:j]], None)[0])
-                ids.append(x)
-                act.append(True)
-                turn.append(t)
-        rows_ids.append(ids), rows_act.append(act), rows_turn.append(turn), rows_allowed.append(torch.stack(allowed))
+            ids += o + a
+            act += [False] * len(o) + [True] * len(a)
+            turn += [-1] * len(o) + [t] * len(a)
+            forced += [False] * len(o) + [j >= constraint.max_words for j in range(len(a))]
+        rows_ids.append(ids), rows_act.append(act), rows_turn.append(turn), rows_forced.append(forced)
     L = max(len(x) for x in rows_ids)
-    B, V = len(tasks), len(tok)
-    input_ids = torch.full((B, L), tok.pad_id, dtype=torch.long)
-    am = torch.zeros(B, L, dtype=torch.bool)
-    act_t = torch.zeros(B, L, dtype=torch.bool)
-    turn_t = torch.full((B, L), -1, dtype=torch.long)
-    allowed_t = torch.ones(B, L, V, dtype=torch.bool)
-    for b in range(B):
-        n = len(rows_ids[b])
-        input_ids[b, :n] = torch.tensor(rows_ids[b])
-        am[b, :n] = True
-        act_t[b, :n] = torch.tensor(rows_act[b])
-        turn_t[b, :n] = torch.tensor(rows_turn[b])
-        allowed_t[b, :n] = rows_allowed[b]
+    B = len(tasks)
+
+    def padded(rows, value, dtype):
+        return torch.tensor([r + [value] * (L - len(r)) for r in rows], dtype=dtype)
+
+    input_ids = padded(rows_ids, tok.pad_id, torch.long)
+    am = padded([[True] * len(r) for r in rows_ids], False, torch.bool)
+    act_t = padded(rows_act, False, torch.bool)
+    turn_t = padded(rows_turn, -1, torch.long)
+    forced_t = padded(rows_forced, False, torch.bool)
+    # the same structural masks as a rollout: no special tokens in actions, only <nl> after max_words words
+    allowed_t = torch.where(act_t[:, :, None], constraint.base, True)
+    allowed_t[forced_t] = constraint.only_nl
     batch = RolloutBatch(
         input_ids=input_ids, attention_mask=am, action_mask=act_t[:, 1:], old_logprobs=torch.zeros(B, L - 1),
         turn_ids=turn_t[:, 1:], allowed_tokens=allowed_t[:, 1:], rewards=rewards, turn_mask=turn_mask,
