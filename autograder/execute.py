@@ -24,6 +24,7 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
+from . import sandbox
 from .sandbox import SandboxKernelManager
 
 TRUNCATED = "\n[output truncated by the grader: more than {limit} characters]\n"
@@ -88,9 +89,11 @@ class SandboxExecute(Execute):
                 "memory, CPU-time or process limit); later cells run in a fresh kernel"))
             self._recover(index)
             return cell, resources
-        except CellTimeoutError:
+        except CellTimeoutError as exc:
+            reason = str(exc).splitlines()[1:2] or [""]
             cell.outputs.append(error_output(
-                "CellTimeoutError", f"this cell ran longer than {self.timeout} s"))
+                "CellTimeoutError", f"this cell ran longer than {self.timeout} s or the kernel "
+                f"stopped answering ({reason[0].strip()}); later cells run in a fresh kernel"))
             self._recover(index)
             return cell, resources
         _fix_markers(cell)
@@ -112,6 +115,8 @@ class SandboxExecute(Execute):
             self._gave_up = f"the kernel was restarted {self.max_restarts} times; this cell was not run"
             return
         self._restart_kernel()
+        if self._gave_up:
+            return
         for index in list(self._done):
             original = self.nb.cells[index]
             replay = NotebookNode(cell_type="code", metadata={}, outputs=[], source=original.source)
@@ -124,13 +129,20 @@ class SandboxExecute(Execute):
                 self.nb.cells[index] = original  # nbclient stores the executed cell back into nb
 
     def _restart_kernel(self) -> None:
+        uid = self.km.sandbox_uid
         try:
             self._cleanup_kernel()
         except Exception:  # noqa: BLE001 - the old kernel may already be gone
             self.log.warning("cleaning up the dead kernel failed", exc_info=True)
+        sandbox.reap(uid)  # leftovers (a fork bomb's children) would starve the new kernel
         self.km = self.create_kernel_manager()
-        self.start_new_kernel(cwd=self.resources.get("metadata", {}).get("path") or None)
-        self.start_new_kernel_client()
+        try:
+            self.start_new_kernel(cwd=self.resources.get("metadata", {}).get("path") or None)
+            self.start_new_kernel_client()
+        except Exception as exc:  # noqa: BLE001 - grade what ran; the rest is marked not run
+            self._gave_up = f"the kernel could not be restarted ({type(exc).__name__}: {exc})"
+            if self.km is None:  # nbclient dropped it; setup_kernel's cleanup needs one
+                self.km = self.create_kernel_manager()
 
 
 def _output_size(out: NotebookNode) -> int:

@@ -67,6 +67,7 @@ class StudentResult:
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    review: list[str] = field(default_factory=list)   # suspicious code for a human to look at
 
     @property
     def score(self) -> float:
@@ -249,6 +250,7 @@ def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str
         else:
             result = _read_scores(sub, graded, run / "gradebook.db", assignment)
     finally:
+        sandbox.reap(lease.uid)  # nothing a student started may outlive the grading
         shutil.rmtree(ipc_dir, ignore_errors=True)
         lease.release()
     result.seconds = time.monotonic() - start
@@ -334,10 +336,12 @@ def export(results: list[StudentResult], out: Path) -> None:
         CsvExportPlugin(to=str(out / "grades.csv")).export(gb)
     with open(out / "grades_by_test.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student_id", "status", "grade_id", "score", "max_score", "message"])
+        writer.writerow(["student_id", "status", "grade_id", "score", "max_score", "message",
+                         "review"])
         for r in results:
             for t in r.tests:
-                writer.writerow([r.student, r.status, t.grade_id, t.score, t.max_score, t.message])
+                writer.writerow([r.student, r.status, t.grade_id, t.score, t.max_score, t.message,
+                                 " ".join(r.review)])
 
 
 def summary_table(results: list[StudentResult]) -> str:
@@ -347,13 +351,14 @@ def summary_table(results: list[StudentResult]) -> str:
     short = [re.sub(r"^test_", "", g).replace("_visible", "/v").replace("_hidden", "/h") for g in ids]
     width = max(12, *(len(r.student) for r in results))
     head = f"{'student':<{width}} {'status':<8} " + " ".join(f"{s:>{max(5, len(s))}}" for s in short)
-    lines = [head + f" {'total':>11} {'sec':>6}"]
+    lines = [head + f" {'total':>11} {'sec':>6}  review"]
     for r in results:
         by_id = {t.grade_id: t for t in r.tests}
         cells = " ".join(f"{by_id[g].score if g in by_id else 0:>{max(5, len(s))}g}"
                          for g, s in zip(ids, short))
         lines.append(f"{r.student:<{width}} {r.status:<8} {cells} "
-                     f"{f'{r.score:g}/{r.max_score:g}':>11} {r.seconds:6.1f}")
+                     f"{f'{r.score:g}/{r.max_score:g}':>11} {r.seconds:6.1f}  "
+                     f"{', '.join(r.review)}")
     return "\n".join(lines)
 
 
@@ -381,6 +386,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
             if sub.notebook is not None:
                 sub.notes += submissions.normalise(sub.notebook, release_meta)
             loaded.append(sub)
+        review = {s.student: submissions.suspicious_code(s.notebook) for s in loaded if s.notebook}
         results: dict[str, StudentResult] = {}
         feedback_root = out / "course" / "feedback"
         with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -394,6 +400,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
                 except Exception as exc:  # noqa: BLE001 - one broken run must not stop the others
                     result = _zero_result(sub.student, "error", release_nb, sub.notes,
                                           f"grading failed: {type(exc).__name__}: {exc}")
+                result.review = review.get(result.student, [])
                 merge(result, out, assignment)          # serial: only this thread writes the db
                 page = feedback_root / result.student / assignment / f"{assignment}.html"
                 page.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,9 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +92,49 @@ class UidLease:
 
     def release(self) -> None:
         self._handle.close()
+
+
+def processes_of(uid: int) -> list[int]:
+    """Live PIDs whose real uid is ``uid`` (sandboxed processes are visible from the host's /proc).
+
+    Zombies are left out: they have exited and only wait for their parent to collect them.
+    """
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+        except OSError:
+            continue  # the process ended while we looked
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            pids.append(int(entry))
+    return pids
+
+
+def reap(uid: int, timeout: float = 15.0) -> None:
+    """SIGKILL every process of a leased sandbox uid and wait until none is left.
+
+    Killing bwrap ends its PID namespace, but the kernel tears it down asynchronously; a fork bomb's
+    leftovers would still count against the uid's process limit when the next kernel starts.
+    Only uids from ``UID_RANGE`` (leased by this grader) are accepted.
+    """
+    if uid not in UID_RANGE:
+        raise ValueError(f"uid must be a sandbox uid in {UID_RANGE}, got {uid}")
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = processes_of(uid)
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox uid {uid} still has processes {pids[:10]} after {timeout} s")
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def _ancestors(path: str) -> list[str]:

@@ -23,6 +23,24 @@ STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 IGNORED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
 
 
+# Code that reaches into the kernel or the test helpers.  Student code shares the kernel process
+# with the tests, so a determined student can subvert tests that run after their code (IPython input
+# transformers, frame inspection, ...); no sandbox prevents that.  Such code is flagged for review.
+SUSPICIOUS = re.compile(
+    r"get_ipython|input_transformers|ast_transformers|events\.register|sys\.settrace|"
+    r"sys\.setprofile|__closure__|gc\.get_|ctypes|currentframe|_getframe|f_back|f_globals|"
+    r"__builtins__|import builtins|linecache|\b_check\b|os\.fork|os\._exit|subprocess")
+
+
+def suspicious_code(nb: nbformat.NotebookNode) -> list[str]:
+    """Sorted distinct suspicious words in the notebook's unlocked code cells."""
+    found: set[str] = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.get("metadata", {}).get("nbgrader", {}).get("locked"):
+            found.update(m.group(0) for m in SUSPICIOUS.finditer(cell.source))
+    return sorted(found)
+
+
 @dataclass
 class Submission:
     """One student's submission as found on disk, before grading."""
@@ -120,22 +138,26 @@ def load(entry: Path, notebook_name: str, scratch: Path) -> Submission:
         sub.status = "missing"
         sub.notes.append(f"no notebook named {notebook_name!r} was found (found: {names})")
         return sub
-    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+    sub.notebook, problem = parse_notebook(path)
+    if problem:
         sub.status = "invalid"
-        sub.notes.append(f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB")
-        return sub
+        sub.notes.append(problem)
+    return sub
+
+
+def parse_notebook(path: Path) -> tuple[nbformat.NotebookNode | None, str]:
+    """(notebook, "") for a valid notebook file, else (None, a message for the student)."""
+    if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+        return None, f"{path.name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB"
     try:
         raw = json.loads(path.read_bytes().decode("utf-8"))
         nb = nbformat.reads(json.dumps(raw), as_version=4)
         nbformat.validate(nb)
     except (UnicodeDecodeError, json.JSONDecodeError, nbformat.ValidationError, KeyError,
             AttributeError, TypeError) as exc:
-        sub.status = "invalid"
-        sub.notes.append(f"{path.name} is not a valid Jupyter notebook ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); open it in Jupyter, save it, and resubmit")
-        return sub
-    sub.notebook = nb
-    return sub
+        return None, (f"{path.name} is not a valid Jupyter notebook ({type(exc).__name__}: "
+                      f"{str(exc)[:200]}); open it in Jupyter, save it, and resubmit")
+    return nb, ""
 
 
 def release_metadata(release_nb: nbformat.NotebookNode) -> dict[str, tuple[str, dict]]:
@@ -168,7 +190,9 @@ def normalise(nb: nbformat.NotebookNode, release: dict[str, tuple[str, dict]]) -
         if isinstance(gid, str) and gid in release and gid not in seen \
                 and cell.cell_type == release[gid][0]:
             seen.add(gid)
-            if dict(meta) != release[gid][1]:
+            ignored = {"checksum"}  # recomputed by nbgrader; differs between release builds
+            if {k: v for k, v in dict(meta).items() if k not in ignored} != \
+                    {k: v for k, v in release[gid][1].items() if k not in ignored}:
                 notes.append(f"the nbgrader metadata of cell {gid!r} was changed; it was restored")
             cell.metadata["nbgrader"] = nbformat.from_dict(copy.deepcopy(release[gid][1]))
         else:
@@ -178,4 +202,29 @@ def normalise(nb: nbformat.NotebookNode, release: dict[str, tuple[str, dict]]) -
     for gid, (_, meta) in release.items():
         if gid not in seen and meta.get("grade"):
             notes.append(f"test cell {gid!r} was missing or renamed; the original was put back")
+    if canonical_order(nb, list(release)):
+        notes.append("cells were moved; they were graded in the assignment's order (a test "
+                     "always runs after the code it tests)")
     return notes
+
+
+def canonical_order(nb: nbformat.NotebookNode, release_ids: list[str]) -> bool:
+    """Put the assignment's cells back in the release order, in place; True if anything moved.
+
+    Each cell the student added travels with the assignment cell above it (cells above the first
+    assignment cell stay on top), so helpers stay next to the code that uses them.  Run after
+    ``normalise`` has made grade ids unique.
+    """
+    head: list = []
+    groups: dict[str, list] = {}
+    current = head
+    for cell in nb.cells:
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if gid in release_ids:
+            current = groups[gid] = [cell]
+        else:
+            current.append(cell)
+    ordered = head + [c for gid in release_ids if gid in groups for c in groups[gid]]
+    moved = [id(c) for c in ordered] != [id(c) for c in nb.cells]
+    nb.cells = ordered
+    return moved

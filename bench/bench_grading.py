@@ -1,0 +1,81 @@
+"""Grading throughput: seconds per submission, and N submissions in parallel against one at a time.
+
+    .venv/bin/python bench/bench_grading.py [--n 20] [--full]
+
+Builds N copies of the reference solution (by default with the training part left as released, so
+each notebook runs every graded function's visible and hidden tests in the sandbox but not the
+one-minute training; ``--full`` includes training), then grades them twice through the whole
+pipeline (nbgrader, sandboxed kernel, gradebook merge, feedback, export): with one worker, then with
+one worker per core.  Prints wall time, seconds per submission and the parallel speed-up.
+Needs root and bubblewrap, like ``make grade``.  Scratch goes to bench/_out (git-ignored).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import nbformat  # noqa: E402
+
+from autograder import grade  # noqa: E402
+from autograder.samples import fill, solution_sources  # noqa: E402
+
+NAME = grade.DEFAULT_ASSIGNMENT
+
+
+def build(out: Path, n: int, full: bool) -> Path:
+    release = grade.prepare_course(out / "course-build", grade.DEFAULT_SOURCE, NAME)
+    source = nbformat.read(grade.DEFAULT_SOURCE / NAME / f"{NAME}.ipynb", as_version=4)
+    bodies = solution_sources(source)
+    if not full:
+        bodies.pop("train_agent", None)
+    nb = fill(nbformat.read(release, as_version=4), bodies)
+    subs = out / "submissions"
+    for i in range(n):
+        (subs / f"student{i:03d}").mkdir(parents=True)
+        nbformat.write(nb, subs / f"student{i:03d}" / f"{NAME}.ipynb")
+    return subs
+
+
+def timed(subs: Path, out: Path, jobs: int) -> tuple[float, list]:
+    start = time.perf_counter()
+    results = grade.grade_all(subs, out=out, jobs=jobs)
+    return time.perf_counter() - start, results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=20, help="number of submissions")
+    parser.add_argument("--full", action="store_true", help="include the training part")
+    args = parser.parse_args()
+    if args.n < 1:
+        parser.error(f"--n must be >= 1, got {args.n}")
+    if os.geteuid() != 0 or shutil.which("bwrap") is None:
+        print("bench_grading: skipped (grading needs root and bubblewrap; run `make sysdeps`)")
+        return 0
+    out = REPO / "bench" / "_out" / "grading"
+    shutil.rmtree(out, ignore_errors=True)
+    subs = build(out, args.n, args.full)
+    cores = len(os.sched_getaffinity(0))
+    rows = []
+    for jobs in (1, cores):
+        seconds, results = timed(subs, out / f"jobs{jobs}", jobs)
+        scores = {r.score for r in results}
+        rows.append((jobs, seconds, scores))
+    print(f"grading {args.n} reference submissions ({'with' if args.full else 'without'} training) "
+          f"on {cores} cores")
+    print(f"{'workers':>8} {'wall s':>8} {'s/submission':>13}  scores")
+    for jobs, seconds, scores in rows:
+        print(f"{jobs:>8} {seconds:8.1f} {seconds / args.n:13.2f}  {sorted(scores)}")
+    print(f"parallel speed-up ({cores} workers vs 1): {rows[0][1] / rows[1][1]:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

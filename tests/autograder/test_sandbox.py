@@ -1,0 +1,173 @@
+"""Each isolation claim of the grading sandbox, checked by a kernel that tries to break it."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from traitlets.config import Config
+
+from autograder import sandbox
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0 or shutil.which("bwrap") is None,
+                       reason="the grading sandbox needs root and bubblewrap (make sysdeps)"),
+    pytest.mark.xdist_group("autograder"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = sandbox.Limits(cpu_seconds=60, memory_bytes=3 << 30, nproc=96, file_bytes=1 << 20,
+                        tmpfs_bytes=8 << 20)
+
+PROBE = r'''
+import json, os, resource, socket, errno
+facts = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups(),
+         "cwd": os.getcwd(), "root": sorted(os.listdir("/")), "hostname": socket.gethostname(),
+         "interfaces": [name for _, name in socket.if_nameindex()],
+         "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+         "repo": sorted(os.listdir(REPO)) if os.path.isdir(REPO) else None,
+         "limits": {name: resource.getrlimit(getattr(resource, "RLIMIT_" + name))[0]
+                    for name in ("CPU", "AS", "NPROC", "FSIZE", "CORE")}}
+status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
+facts["caps"] = {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+facts["no_new_privs"] = status["NoNewPrivs"].strip()
+def attempt(action):
+    try:
+        action()
+        return "allowed"
+    except Exception as exc:
+        return type(exc).__name__
+facts["write_src"] = attempt(lambda: open(REPO + "/src/pwned", "w").write("x"))
+facts["write_venv"] = attempt(lambda: open(REPO + "/.venv/pwned", "w").write("x"))
+facts["write_usr"] = attempt(lambda: open("/usr/pwned", "w").write("x"))
+facts["read_etc_shadow"] = attempt(lambda: open("/etc/shadow").read())
+facts["network"] = attempt(lambda: socket.create_connection(("1.1.1.1", 53), timeout=2))
+facts["setuid_root"] = attempt(lambda: os.setuid(0))
+facts["big_file"] = attempt(lambda: open("big.bin", "wb").write(b"x" * (2 << 20)))
+facts["fill_tmpfs"] = attempt(lambda: [open(f"/tmp/f{i}", "wb").write(b"y" * (900 << 10))
+                                      for i in range(20)])
+facts["huge_alloc"] = attempt(lambda: bytearray(8 << 30))
+import agent_lab, torch
+facts["imports"] = [agent_lab.__name__, torch.__version__]
+print("FACTS " + json.dumps(facts))
+'''.replace("REPO", repr(str(REPO)))
+
+
+async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3") -> str:
+    cfg = Config()
+    cfg.SandboxKernelManager.sandbox_uid = uid
+    cfg.SandboxKernelManager.ipc_dir = ipc_dir
+    cfg.SandboxKernelManager.limit_values = list(vars(LIMITS).values())
+    km = sandbox.SandboxKernelManager(config=cfg, kernel_name=kernel_name)
+    await km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    chunks: list[str] = []
+    try:
+        await kc.wait_for_ready(timeout=120)
+        await kc.execute_interactive(code, timeout=180, output_hook=lambda m: chunks.append(
+            m["content"].get("text", "") + m["content"].get("evalue", "")))
+    finally:
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+    return "".join(chunks)
+
+
+@pytest.fixture(scope="module")
+def facts():
+    lease = sandbox.UidLease()
+    ipc = sandbox.make_ipc_dir(Path("/tmp/agentlab-grade") / uuid.uuid4().hex[:12], lease.uid)
+    try:
+        # A notebook naming another kernel (here "bash") still gets the sandboxed Python kernel.
+        text = asyncio.run(_run(PROBE, lease.uid, ipc, kernel_name="bash"))
+    finally:
+        sandbox.reap(lease.uid)
+        shutil.rmtree(ipc, ignore_errors=True)
+        lease.release()
+    line = next(ln for ln in text.splitlines() if ln.startswith("FACTS "))
+    return dict(json.loads(line[6:]), leased_uid=lease.uid)
+
+
+def test_kernel_runs_as_the_leased_unprivileged_uid_without_capabilities(facts):
+    assert facts["uid"] == facts["euid"] == facts["gid"] == facts["leased_uid"]
+    assert facts["leased_uid"] in sandbox.UID_RANGE and facts["groups"] == []
+    assert set(facts["caps"].values()) == {"0000000000000000"}
+    assert facts["no_new_privs"] == "1"
+    assert facts["setuid_root"] == "PermissionError"
+
+
+def test_kernel_sees_only_its_scratch_the_interpreter_and_package_sources(facts):
+    assert facts["cwd"] == sandbox.HOME_IN_SANDBOX
+    assert set(facts["repo"]) == {"src", ".venv"}, "no assignments/, autograder/, tests/ or gradebook"
+    assert "etc" not in facts["root"] and facts["read_etc_shadow"] == "FileNotFoundError"
+    assert facts["imports"][0] == "agent_lab"
+
+
+def test_kernel_cannot_write_outside_its_scratch(facts):
+    for key in ("write_src", "write_venv", "write_usr"):
+        assert facts[key] == "OSError", (key, facts[key])  # EROFS or ENOENT surface as OSError
+
+
+def test_kernel_has_no_network_and_no_view_of_host_processes(facts):
+    assert facts["interfaces"] == ["lo"]
+    assert facts["network"] == "OSError"
+    assert facts["hostname"] == "sandbox"
+    assert max(facts["pids"]) < 50, "a new PID namespace starts counting at 1"
+
+
+def test_resource_limits_are_applied(facts):
+    assert facts["limits"] == {"CPU": LIMITS.cpu_seconds, "AS": LIMITS.memory_bytes,
+                               "NPROC": LIMITS.nproc, "FSIZE": LIMITS.file_bytes, "CORE": 0}
+    assert facts["big_file"] == "OSError"        # EFBIG beyond RLIMIT_FSIZE (SIGXFSZ ignored by Python)
+    assert facts["fill_tmpfs"] == "OSError"      # ENOSPC: the tmpfs is size-limited
+    assert facts["huge_alloc"] == "MemoryError"  # RLIMIT_AS
+
+
+def test_concurrent_leases_get_distinct_uids_and_a_freed_uid_is_reused():
+    first, second = sandbox.UidLease(), sandbox.UidLease()
+    try:
+        assert first.uid != second.uid
+        uid = first.uid
+        first.release()
+        third = sandbox.UidLease()
+        assert third.uid == uid
+        third.release()
+    finally:
+        second.release()
+
+
+def test_reap_kills_every_process_of_a_sandbox_uid_and_refuses_other_uids():
+    lease = sandbox.UidLease()
+    try:
+        procs = [subprocess.Popen(["setpriv", f"--reuid={lease.uid}", f"--regid={lease.uid}",
+                                   "--clear-groups", "sleep", "300"]) for _ in range(3)]
+        time.sleep(0.3)
+        assert len(sandbox.processes_of(lease.uid)) == 3
+        sandbox.reap(lease.uid)
+        assert sandbox.processes_of(lease.uid) == []
+        assert all(p.wait(timeout=5) == -9 for p in procs)
+    finally:
+        lease.release()
+    with pytest.raises(ValueError, match="sandbox uid"):
+        sandbox.reap(0)
+
+
+def test_limits_reject_non_positive_values():
+    with pytest.raises(ValueError, match="cell_timeout"):
+        sandbox.Limits(cell_timeout=0)
+
+
+def test_bwrap_command_binds_nothing_of_the_repository_but_src_and_the_venv():
+    cmd = sandbox.bwrap_command(["python"], uid=60001, ipc_dir="/tmp/agentlab-grade/x", limits=LIMITS)
+    binds = {cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--bind", "--ro-bind")}
+    inside_repo = {b for b in binds if b.startswith(str(REPO))}
+    assert inside_repo <= {str(REPO / "src"), sys.prefix}
+    assert {b for b in binds if cmd[cmd.index(b) - 1] == "--bind"} == {"/tmp/agentlab-grade/x"}
+    assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--die-with-parent" in cmd
