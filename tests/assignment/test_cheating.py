@@ -108,3 +108,33 @@ def test_patching_the_reference_to_agree_with_wrong_code_gets_no_credit():
     tamper = wrong + "\nagent_lab.estimators.group_centered_advantages = lambda r, g: r - r.mean()\n"
     score = run_notebook({"dr_grpo_advantages": tamper})
     assert not score.passed["test_dr_grpo_advantages_hidden"]
+
+
+def test_every_public_reference_is_switched_off_while_student_code_runs_and_restored_after():
+    import agent_lab.estimators as estimators
+    import agent_lab.training as training
+
+    from .notebook_runner import cell_source, restored_globals
+
+    functions = [(m.__name__, n, getattr(m, n)) for m in (estimators, training) for n in m.__all__]
+    functions = [(m, n, f) for m, n, f in functions if callable(f) and not isinstance(f, type)]
+    assert len(functions) > 30
+    still_working: list[str] = []
+
+    def student_code():
+        for module, name, function in functions:
+            try:
+                function()
+            except RuntimeError as exc:
+                if "switched off" in str(exc):
+                    continue
+                still_working.append(f"{module}.{name}")
+            except Exception:
+                still_working.append(f"{module}.{name}")
+
+    with restored_globals():
+        namespace: dict = {}
+        exec(cell_source("setup"), namespace)
+        namespace["_check"].call(student_code)
+    assert still_working == []
+    assert estimators.reward_to_go([1.0, 1.0], 0.5).tolist() == [1.5, 1.0]  # restored afterwards
