@@ -8,6 +8,8 @@
 #    book's _config.yml and pyproject.toml): when that hash changes the whole cache is wiped, so every chapter runs again
 #    against the new package. Sphinx itself always re-reads every page (--all), so warnings are
 #    reported on every build, not only on the first.
+#  * Parallel: uncached chapters are executed by a pool of AGENT_LAB_BOOK_JOBS workers (default nproc)
+#    straight into that cache before Sphinx runs; Sphinx then renders from the cache.
 #  * Offline: MathJax 3 comes from the npm package mathjax@$MATHJAX_VERSION, installed once into
 #    .venv/share/agent-lab-book (git-ignored) and copied by Sphinx into _build/html/_static/mathjax.
 #    Widgets render as static figures (AGENT_LAB_STATIC_WIDGETS=1, see src/agent_lab/widgets.py).
@@ -66,6 +68,58 @@ export PYTHONHASHSEED=0
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MKL_NUM_THREADS=${MKL_NUM_THREADS:-1}
 rm -f "$STAMP"
 rm -rf "$BUILD/html"  # no page of a renamed or deleted chapter survives
+
+# Execute the chapters that are not cached yet in parallel (AGENT_LAB_BOOK_JOBS workers, default: the
+# number of cores) and store them in the same jupyter-cache that MyST-NB reads, keyed the same way; Sphinx
+# then only renders. A chapter that fails here is simply left uncached: the Sphinx pass below executes it
+# again and reports the error (raise-on-error fails the build).
+"$PY" - "$BOOK" "$CACHE" "${AGENT_LAB_BOOK_JOBS:-$(getconf _NPROCESSORS_ONLN)}" <<'PYEOF'
+import concurrent.futures as cf
+import sys
+import time
+from pathlib import Path
+
+import yaml
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+from jupyter_cache.executors.utils import single_nb_execution
+from myst_nb.core.read import read_myst_markdown_notebook
+
+book, cache_path, jobs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+timeout = int(yaml.safe_load((book / "_config.yml").read_text())["execute"]["timeout"])
+chapters = sorted(p for p in book.glob("part*/*.md") if p.read_text(encoding="utf-8").lstrip().startswith("---"))
+
+
+def read(path: Path):
+    return read_myst_markdown_notebook(path.read_text(encoding="utf-8"), add_source_map=True, path=str(path))
+
+
+def run(path: Path):
+    notebook = read(path)
+    result = single_nb_execution(notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False,
+                                 meta_override=True)
+    return path, notebook, result.time, result.err
+
+
+cache = get_cache(cache_path)
+todo = []
+for path in chapters:
+    try:
+        cache.match_cache_notebook(read(path))
+    except KeyError:
+        todo.append(path)
+print(f"pre-executing {len(todo)} of {len(chapters)} chapters with {jobs} workers", flush=True)
+start = time.time()
+with cf.ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+    for path, notebook, seconds, err in pool.map(run, todo):
+        if err is not None:
+            print(f"  {path}: failed ({type(err).__name__}); the build will report it", flush=True)
+            continue
+        cache.cache_notebook_bundle(CacheBundleIn(notebook, str(path.resolve()), data={"execution_seconds": seconds}),
+                                    check_validity=False, overwrite=True)
+        print(f"  {path}: {seconds:.1f} s", flush=True)
+print(f"pre-execution took {time.time() - start:.0f} s wall", flush=True)
+PYEOF
 .venv/bin/jupyter-book build "$BOOK" --builder html --all -W -n --keep-going
 # Only a successful build validates the cache for this source hash.
 echo "$source_hash" > "$STAMP"
