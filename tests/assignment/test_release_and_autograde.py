@@ -116,3 +116,14 @@ def test_nbgrader_autograde_scores_a_mutant_like_the_in_process_runner(fresh_rel
     assert graded == expected
     assert graded["test_dr_grpo_advantages_hidden"] == 0.0
     assert graded["test_dr_grpo_loss_hidden"] == points_by_test()["test_dr_grpo_loss_hidden"]
+
+
+def test_book_links_in_the_release_point_to_existing_chapters(fresh_release):
+    text = "\n".join(cell.source for cell in fresh_release[1].cells if cell.cell_type == "markdown")
+    links = set(re.findall(r"\]\(([^)]+\.md)\)", text))
+    assert {pathlib.PurePosixPath(link).name for link in links} >= {
+        "03_score_function_reinforce.md", "04_baselines.md", "05_reward_to_go_td_gae.md",
+        "06_group_relative_advantages.md",
+    }
+    missing = [link for link in links if not (BUILT_RELEASE.parent / link).resolve().is_file()]
+    assert missing == []
