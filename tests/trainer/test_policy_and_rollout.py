@@ -1,0 +1,158 @@
+"""The policy, its KV cache and the rollout tensor contract (seed 004 §9, §18, §19)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_policy
+from toy_env import ToySearch
+
+from agent_lab.envs import make_env
+from agent_lab.policy import WordTokenizer
+from agent_lab.rollout import (
+    RolloutBatch,
+    SamplingConfig,
+    collect_rollouts,
+    demonstration_batch,
+    masked_logprobs,
+    top_p_logprobs,
+)
+
+
+def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
+    tok = WordTokenizer(["guess", "8", "higher"])
+    ids = tok.encode("guess 8\nhigher")
+    assert ids == [tok.index["guess"], tok.index["8"], tok.nl_id, tok.index["higher"]]
+    assert tok.decode(ids) == "guess 8\nhigher"
+    assert tok.encode("banana") == [tok.unk_id]
+    assert WordTokenizer.from_state_dict(tok.state_dict()).vocab == tok.vocab
+    with pytest.raises(ValueError, match="words"):
+        WordTokenizer(["two words"])
+
+
+def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute():
+    tok = WordTokenizer([str(i) for i in range(20)])
+    m = tiny_policy(tok).eval()
+    g = torch.Generator().manual_seed(0)
+    B, L = 3, 12
+    ids = torch.randint(4, len(tok), (B, L), generator=g)
+    full = m(ids)  # [B, L, V]
+    # feed the same rows in chunks of different sizes, with invalid padding slots interleaved per row
+    cache = m.new_cache(B, capacity=4)  # forces the cache to grow
+    fed = torch.zeros(B, dtype=torch.long)
+    got = torch.zeros_like(full)
+    chunks = [3, 1, 4, 2, 2]
+    rng = torch.Generator().manual_seed(1)
+    while bool((fed < L).any()):
+        k = chunks[0]
+        chunks = chunks[1:] + chunks[:1]
+        take = torch.clamp(torch.randint(0, k + 1, (B,), generator=rng), max=(L - fed))
+        valid = torch.arange(k)[None] < take[:, None]
+        step_ids = torch.zeros(B, k, dtype=torch.long)
+        for b in range(B):
+            step_ids[b, : take[b]] = ids[b, fed[b] : fed[b] + take[b]]
+        pos = fed[:, None] + valid.long().cumsum(1) - 1
+        out = m.step(step_ids, valid, cache, pos)
+        for b in range(B):
+            got[b, fed[b] : fed[b] + take[b]] = out[b, : take[b]]
+        fed = fed + take
+    torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def toy_batch():
+    torch.set_num_threads(1)
+    env = ToySearch()
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    tasks = env.sample_tasks(0, 12)
+    sampling = SamplingConfig(temperature=0.7, top_p=0.9)
+    b = collect_rollouts(m, tok, env, tasks, sampling, torch.Generator().manual_seed(3), policy_version=5)
+    return env, tok, m, tasks, sampling, b
+
+
+def test_rollout_with_cache_samples_exactly_what_full_recompute_samples(toy_batch):
+    env, tok, m, tasks, sampling, b = toy_batch
+    slow = collect_rollouts(m, tok, env, tasks, sampling, torch.Generator().manual_seed(3), use_cache=False)
+    assert torch.equal(b.input_ids, slow.input_ids)
+    torch.testing.assert_close(b.old_logprobs, slow.old_logprobs, atol=1e-5, rtol=0)
+
+
+def test_behaviour_logprobs_equal_teacher_forced_recompute_under_the_same_transform(toy_batch):
+    env, tok, m, tasks, sampling, b = toy_batch
+    logits = m(b.input_ids, b.attention_mask)[:, :-1]
+    lp = top_p_logprobs(masked_logprobs(logits, b.allowed_tokens, sampling.temperature), sampling.top_p)
+    tf = lp.gather(-1, b.input_ids[:, 1:, None]).squeeze(-1)
+    am = b.action_mask
+    assert int(am.sum()) > 0
+    torch.testing.assert_close(tf[am], b.old_logprobs[am], atol=1e-5, rtol=0)
+    # and the untempered log-probs differ: the transform really is part of what was recorded
+    raw = torch.log_softmax(logits.float(), -1).gather(-1, b.input_ids[:, 1:, None]).squeeze(-1)
+    assert (raw[am] - b.old_logprobs[am]).abs().max() > 1e-3
+
+
+def test_masks_and_turn_ids_align_with_targets_and_reconstruct_the_actions(toy_batch):
+    env, tok, m, tasks, sampling, b = toy_batch
+    B, L = b.input_ids.shape
+    assert b.action_mask.shape == b.old_logprobs.shape == b.turn_ids.shape == (B, L - 1)
+    assert torch.equal(b.old_logprobs[~b.action_mask], torch.zeros(int((~b.action_mask).sum())))
+    assert bool((b.turn_ids[~b.action_mask] == -1).all()) and bool((b.turn_ids[b.action_mask] >= 0).all())
+    assert bool((b.old_logprobs[b.action_mask] <= 0).all())
+    assert torch.equal(b.policy_version, torch.full((B,), 5))
+    targets = b.input_ids[:, 1:]
+    for i in range(B):
+        turns = b.episode_logs[i]["turns"] if isinstance(b.episode_logs[i], dict) else b.episode_logs[i]
+        assert int(b.num_turns[i]) == len(turns) == int(b.turn_mask[i].sum())
+        for t, turn in enumerate(turns):
+            toks = targets[i][(b.turn_ids[i] == t) & b.action_mask[i]].tolist()
+            assert toks[-1] == tok.nl_id, "every action ends with its (policy) newline"
+            sampled = turn.get("text", turn.get("sampled"))
+            assert tok.decode(toks[:-1]) == sampled
+    # observation tokens are never policy tokens: the word after each action newline is the env's reply
+    assert not bool(b.action_mask[:, 0].any()), "the first target (prompt) is not a policy token"
+
+
+def test_rollout_never_retokenizes_sampled_action_text(monkeypatch):
+    env = ToySearch()
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    seen: list[str] = []
+    real = WordTokenizer.encode
+    monkeypatch.setattr(WordTokenizer, "encode", lambda self, text: seen.append(text) or real(self, text))
+    b = collect_rollouts(m, tok, env, env.sample_tasks(1, 8), SamplingConfig(), torch.Generator().manual_seed(0))
+    env_texts = {"find a number from 1 8", "higher", "lower", "correct", "invalid"}
+    assert set(seen) <= env_texts, f"encode saw non-environment text: {set(seen) - env_texts}"
+    assert len(b) == 8
+
+
+def test_candidate_mask_only_samples_allowed_actions():
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    b = collect_rollouts(m, tok, env, env.sample_tasks(0, 64), SamplingConfig(candidate_mask=True),
+                         torch.Generator().manual_seed(0))
+    errors = [t["error"] for log in b.episode_logs for t in log["turns"]]
+    assert errors and all(e is None for e in errors)
+    # the untrained policy with the mask is the uniform-consistent guesser: it succeeds far above 4/16
+    assert float(b.success.float().mean()) > 0.4
+
+
+def test_demonstration_batch_has_rollout_layout_and_planner_success():
+    env = make_env("number-search")
+    tok = WordTokenizer.from_env(env)
+    d = demonstration_batch(env, tok, env.eval_tasks())
+    assert float(d.success.float().mean()) == pytest.approx(15 / 16)
+    assert d.texts[7].startswith("find the number from 1 to 16 in 4 guesses\nguess 8\n")
+    assert d.action_mask.shape == (16, d.input_ids.shape[1] - 1)
+
+
+def test_select_and_concat_preserve_rows():
+    env = ToySearch()
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    b = collect_rollouts(m, tok, env, env.sample_tasks(0, 6), SamplingConfig(), torch.Generator().manual_seed(0))
+    parts = [b.select([0, 1, 2]), b.select(torch.tensor([3, 4, 5]))]
+    c = RolloutBatch.concat(parts)
+    L = c.input_ids.shape[1]
+    assert torch.equal(c.input_ids, b.input_ids[:, :L]) and torch.equal(c.old_logprobs, b.old_logprobs[:, : L - 1])
+    assert c.texts == b.texts

@@ -1,0 +1,78 @@
+"""Resume equals an uninterrupted run; bad configurations fail before any work; training improves success."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import FAST
+
+import agent_lab.trainer as trainer_mod
+from agent_lab.cli import main as cli_main
+from agent_lab.trainer import TrainConfig, train
+
+
+def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 2, "steps": 3, "candidate_mask": True,
+                         "checkpoint_every": 1})
+    full = train(cfg, run_dir=str(tmp_path / "a"), progress=False)
+    part = train(cfg, run_dir=str(tmp_path / "b"), stop_after=3, progress=False)
+    assert len(part.history) == 3
+    resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
+    for k, v in full.policy.state_dict().items():
+        assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
+    keys = ("loss", "success", "reward_mean", "grad_norm_before")
+    assert [[h.get(k) for k in keys] for h in full.history] == [[h.get(k) for k in keys] for h in resumed.history]
+    assert full.episodes == resumed.episodes
+    rows = (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 5, "the resumed run's metrics file has each step exactly once"
+
+
+BAD = [
+    ({"algo": "a2c"}, "algo must be one of"),
+    ({"env": "chess"}, "env must be one of"),
+    ({"batch_size": 30, "group_size": 4}, "group_size must divide batch_size"),
+    ({"algo": "grpo", "group_size": 1, "batch_size": 8}, "group_size must be >= 2"),
+    ({"steps": 0, "sft_steps": 0}, "budget is empty"),
+    ({"lr": -1.0}, "lr must be a positive"),
+    ({"objective": "median"}, "objective must be one of"),
+    ({"device": "tpu"}, "device must be one of"),
+    ({"top_p": 0.0}, "top_p must be in"),
+    ({"resume": True}, "resume=True needs run_dir"),
+    ({"algo": "ppo", "batch_size": 32, "group_size": 4, "minibatches": 3}, "minibatches=3 must divide"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD)
+def test_bad_configuration_raises_before_any_work(monkeypatch, overrides, message):
+    def no_work(*a, **k):
+        raise AssertionError("work started before the configuration was checked")
+
+    monkeypatch.setattr(trainer_mod, "build_env", no_work)
+    monkeypatch.setattr(trainer_mod, "TinyTransformer", no_work)
+    with pytest.raises(ValueError, match=message):
+        train(TrainConfig(**overrides), progress=False)
+
+
+def test_cli_reports_bad_configuration_in_one_line_with_exit_code_2(capsys):
+    assert cli_main(["train", "--algo", "dr_grpo", "--batch-size", "10", "--group-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "group_size must divide batch_size" in err and "Traceback" not in err
+
+
+def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys):
+    rc = cli_main(["train", "--algo", "sft", "--steps", "2", "--d-model", "32", "--n-layers", "1",
+                   "--sft-batch-size", "8", "--eval-every", "0", "--run-dir", str(tmp_path), "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "greedy success" in out and "planner" in out and "0.938" in out
+    assert cli_main(["eval", str(tmp_path), "--decoding", "sampled", "--samples-per-task", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "number-search/test sampled" in out and "on 32 tasks" in out
+
+
+@pytest.mark.slow
+def test_sft_on_demonstrations_reaches_the_planner_optimum_on_number_search():
+    r = train(TrainConfig(algo="sft", steps=150, eval_every=5, stop_at_optimum=True), progress=False)
+    assert r.reached_optimum_at is not None, f"greedy success stayed at {r.final_eval.success}"
+    assert r.final_eval.success == pytest.approx(15 / 16)
+    assert r.final_eval.gap == pytest.approx(0.0, abs=1e-9)
