@@ -2,7 +2,8 @@
 
 Every case starts from the reference solution (all four graded functions right) with the training
 part left as released (its stubs raise, so ``test_train_agent`` fails fast and earns 0), then adds
-one attack or defect.  ``Case.zero`` lists the graded functions whose tests must earn nothing; every
+one attack or defect.  ``reference`` also solves the training part and must get full marks while
+the attacks run next to it.  ``Case.zero`` lists the graded functions whose tests must earn nothing; every
 other function's tests must earn full points.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.samples import fill, solution_sources
+from autograder.samples import BUGGY, fill, solution_sources
 
 FUNCTIONS = ("reward_to_go", "reinforce_loss", "dr_grpo_advantages", "dr_grpo_loss")
 NAME = "policy_gradients"
@@ -28,6 +29,8 @@ class Case:
     messages: dict[str, str] = field(default_factory=dict)   # grade_id -> fragment of its message
     note: str = ""                                  # fragment of one of the notes
     review: bool = False                            # must be flagged for a human
+    scored: bool = True                             # False: the score is not guaranteed (see below)
+    train: bool = False                             # the training part is solved too
 
 
 def expected_scores(case: Case, points: dict[str, float]) -> dict[str, float]:
@@ -36,7 +39,7 @@ def expected_scores(case: Case, points: dict[str, float]) -> dict[str, float]:
     for gid, pts in points.items():
         func = gid.removeprefix("test_").removesuffix("_visible").removesuffix("_hidden")
         ok = case.status == "graded" and func in FUNCTIONS and func not in case.zero
-        out[gid] = pts if ok else 0.0
+        out[gid] = pts if ok or (case.train and gid == "test_train_agent") else 0.0
     return out
 
 
@@ -48,20 +51,13 @@ WRONG_LOSS = '''
 def dr_grpo_loss(logprobs, action_mask, advantages, max_tokens):
     return ((action_mask * logprobs).sum(dim=1) * advantages).sum() / (logprobs.shape[0] * max_tokens)
 '''
-FORWARD_RTG = '''
-def reward_to_go(rewards, gamma):
-    out = torch.empty_like(rewards)
-    running = torch.zeros_like(rewards[..., 0])
-    for t in range(rewards.shape[-1]):
-        running = rewards[..., t] + gamma * running
-        out[..., t] = running
-    return out
-'''
+FORWARD_RTG = BUGGY["off_by_direction"]["reward_to_go"]  # past rewards instead of future ones
 
 
 def build(out: Path, source_nb, release_nb, secrets: dict[str, str]) -> list[Case]:
     """Write every case into ``out/<student>/``; ``secrets`` are host paths the attack probes."""
-    sol = {k: v for k, v in solution_sources(source_nb).items() if k in FUNCTIONS}
+    everything = solution_sources(source_nb)
+    sol = {k: v for k, v in everything.items() if k in FUNCTIONS}
     cases: list[tuple[Case, object]] = []
 
     def variant(case: Case, bodies=None, edit=None, raw: bytes | None = None, filename=None):
@@ -71,6 +67,7 @@ def build(out: Path, source_nb, release_nb, secrets: dict[str, str]) -> list[Cas
         cases.append((case, raw if raw is not None else nb, filename))
 
     variant(Case("control"))
+    variant(Case("reference", train=True), {"train_agent": everything["train_agent"]})
     variant(Case("infinite_loop", zero=("reward_to_go",),
                  messages={"test_reward_to_go_visible": "CellTimeoutError"}),
             {"reward_to_go": "def reward_to_go(rewards, gamma):\n    while True:\n        pass"})
@@ -138,6 +135,12 @@ def build(out: Path, source_nb, release_nb, secrets: dict[str, str]) -> list[Cas
              "def reinforce_loss(logprobs, action_mask, coefficients):\n"
              "    return (logprobs * 0.0).sum()\n")
     variant(Case("monkeypatch", zero=("reinforce_loss",)), {"reinforce_loss": patch})
+    # Code sharing the kernel can rewrite the tests that run after it; no sandbox can stop that
+    # (autograder/README.md, "Known limits"), so this case is only required to be flagged.
+    variant(Case("hooks_later_cells", review=True, scored=False),
+            {"reward_to_go": "get_ipython().input_transformers_cleanup.append(\n"
+                             "    lambda lines: ['pass\\n'] if any('_check' in l for l in lines) else lines)\n"
+                             + FORWARD_RTG})
     variant(Case("reads_secrets"),
             {"reward_to_go": attack_source(secrets) + "\n\n" + sol["reward_to_go"]})
     variant(Case("big_output"),

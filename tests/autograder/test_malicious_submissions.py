@@ -67,10 +67,10 @@ def batch(tmp_path_factory):
             "protected": protected, "host_tmp": host_tmp}
 
 
-CASES = ["control", "infinite_loop", "memory_bomb", "fork_bomb", "os_exit", "sys_exit",
+CASES = ["control", "reference", "infinite_loop", "memory_bomb", "fork_bomb", "os_exit", "sys_exit",
          "import_error", "deleted_tests", "edited_tests", "reordered_tests", "changed_metadata",
          "always_equal", "monkeypatch", "reads_secrets", "big_output", "not_json", "truncated_json",
-         "missing_notebook", "renamed_notebook"]
+         "missing_notebook", "renamed_notebook", "hooks_later_cells"]
 
 
 def test_every_case_is_in_the_batch(batch):
@@ -81,6 +81,8 @@ def test_every_case_is_in_the_batch(batch):
 @pytest.mark.parametrize("student", CASES)
 def test_each_case_gets_exactly_the_points_for_the_parts_it_did_right(batch, student):
     case, result = batch["cases"][student], batch["results"][student]
+    if not case.scored:
+        pytest.skip(f"{student}: in-kernel subversion is flagged for review, not prevented")
     want = malicious.expected_scores(case, batch["points"])
     got = {t.grade_id: t.score for t in result.tests}
     assert result.status == case.status, (result.status, result.notes)
