@@ -1,0 +1,54 @@
+"""Frozen-checkpoint evaluation: Wilson interval, planner optimum on the same tasks, gap, no side effects."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_policy
+
+from agent_lab.envs import make_env
+from agent_lab.evaluation import evaluate, save_checkpoint, wilson_interval
+from agent_lab.policy import WordTokenizer
+
+
+@pytest.mark.parametrize(("k", "n", "lo", "hi"), [(0, 10, 0.0, 0.27753), (5, 10, 0.23659, 0.76341),
+                                                   (15, 16, 0.71671, 0.98888), (16, 16, 0.80639, 1.0)])
+def test_wilson_interval_matches_closed_form_values(k, n, lo, hi):
+    got = wilson_interval(k, n)
+    assert got == pytest.approx((lo, hi), abs=1e-4)
+    assert got[0] <= k / n <= got[1]
+
+
+def test_wilson_interval_rejects_impossible_counts():
+    with pytest.raises(ValueError, match="successes"):
+        wilson_interval(11, 10)
+    with pytest.raises(ValueError, match="n must be"):
+        wilson_interval(0, 0)
+
+
+def test_evaluate_reports_gap_to_planner_on_the_same_tasks_and_leaves_weights_untouched(tmp_path):
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    rep = evaluate(m, env, "test", "sampled", tokenizer=tok, samples_per_task=4, seed=1, candidate_mask=True)
+    assert rep.n == 64 and rep.optimum == pytest.approx(15 / 16)
+    assert rep.gap == pytest.approx(rep.optimum - rep.success)
+    assert rep.ci_low <= rep.success <= rep.ci_high
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    assert all(p.grad is None for p in m.parameters())
+    # planner on a subset: targets 1..4 hold one the optimal search cannot reach within 4 guesses
+    sub = evaluate(m, env, tasks=[1, 2, 3, 4], tokenizer=tok)
+    assert sub.optimum == pytest.approx(env.optimal_success([1, 2, 3, 4]))
+    # a saved checkpoint evaluates exactly like the policy object (greedy is deterministic)
+    path = save_checkpoint(tmp_path / "c.pt", m, tok)
+    a = evaluate(m, env, "test", "greedy", tokenizer=tok)
+    b = evaluate(path, env, "test", "greedy")
+    assert (a.successes, a.mean_turns) == (b.successes, b.mean_turns)
+
+
+def test_evaluate_needs_a_tokenizer_for_a_policy_object():
+    env = make_env("number-search")
+    tok = WordTokenizer.from_env(env)
+    with pytest.raises(ValueError, match="tokenizer"):
+        evaluate(tiny_policy(tok), env)
