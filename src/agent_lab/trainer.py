@@ -35,6 +35,7 @@ from agent_lab.algorithms import ALGORITHMS, BASELINES, AlgoState, Algorithm, ma
 from agent_lab.device import DEVICE_CHOICES, pick_device
 from agent_lab.diagnostics import MetricsWriter, plot_curves
 from agent_lab.estimators.aggregation import OBJECTIVES, aggregate, reduce_loss
+from agent_lab.estimators.statistics import degenerate_group_fraction, effective_sample_size
 from agent_lab.estimators.logprobs import KL_KINDS, entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, save_checkpoint
 from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
@@ -287,8 +288,8 @@ def loss_and_stats(
             stats["ratio_max"] = float(ratio.max())
             # KL(mu || pi) from the behaviour samples: k3 with log r = log pi - log mu
             stats["kl_behaviour"] = float(kl_estimate(batch.old_logprobs, logprobs.detach(), "k3", am).sum() / n_tok)
-            seq_w = (lr_tok * am).sum(-1).exp()  # per-episode importance weight prod_j pi/mu
-            stats["ess_fraction"] = float(seq_w.sum() ** 2 / (seq_w.square().sum() * len(seq_w)))
+            # ESS of the per-episode importance weights prod_j pi/mu, as a share of the batch
+            stats["ess_fraction"] = float(effective_sample_size((lr_tok * am).sum(-1), log_weights=True)) / len(am)
         if ref_logprobs is not None:
             stats["kl_reference"] = float(kl_estimate(logprobs.detach(), ref_logprobs, "k3", am).sum() / n_tok)
     if "clip_frac_pos" in stats:
@@ -469,11 +470,10 @@ def train(
             row["ratio_first_epoch"] = first.get("ratio_mean", float("nan"))
             row["grad_norm_before"] = first["grad_norm_before"]
             row["grad_norm_after"] = first["grad_norm_after"]
-            g = rewards.view(-1, cfg.group_size)
             row.update(
                 reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(rewards) > 1 else 0.0,
                 success=float(batch.success.float().mean()),
-                degenerate_fraction=float((g == g[:, :1]).all(1).float().mean()),
+                degenerate_fraction=float(degenerate_group_fraction(rewards, cfg.group_size)),
                 advantage_abs_mean=float(adv.abs().mean()),
                 episode_turns=float(batch.num_turns.float().mean()),
                 action_tokens=float(batch.num_action_tokens.float().mean()),
