@@ -107,7 +107,7 @@ class StaticView:
         """The Markdown line shown under the figure."""
         return (
             "*Static figure.* For the live widget, open this chapter in JupyterLab: "
-            f"`.venv/bin/jupyter lab {self.chapter}`"
+            f"`.venv/bin/jupyter lab {self.chapter}` (then *Open With → Jupytext Notebook* and run the cells)."
         )
 
     def _ipython_display_(self) -> None:
