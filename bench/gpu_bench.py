@@ -1,0 +1,154 @@
+"""GPU benchmark: the rollout and trainer benchmarks with a 10-50M-parameter policy on one CUDA GPU.
+
+Prints tokens per second and the share of the GPU's bf16 dense peak for
+
+1. crafting rollouts (~250-token episodes) with the KV cache, against full recomputation on a smaller batch;
+2. one teacher-forced training step (forward + backward) over the finished batch, bf16 autocast;
+3. number search end to end: SFT cold start then Dr.GRPO until the greedy policy reaches the planner's
+   optimum (15/16), with the seconds it took.
+
+FLOPs are counted as 2 N per token for a forward pass and 6 N for forward + backward (N = parameters;
+attention's extra term is small at these lengths and is left out, so the shares are slight underestimates).
+Designed to finish within 5 minutes on an H100/H200. Without CUDA it prints a message and exits 0;
+``--tiny`` runs every code path on the CPU with a tiny model (what the tests do).
+
+Usage: ``python bench/gpu_bench.py [--tiny] [--d-model 512 --n-layers 8] [--batch 512]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from agent_lab.envs import make_env
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.rollout import SamplingConfig, collect_rollouts
+
+#: Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, from the vendors' data sheets.
+BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
+             "RTX 4090": 165e12, "V100": 125e12}
+
+
+def peak_flops(name: str) -> float | None:
+    for k, v in BF16_PEAK.items():
+        if k in name:
+            return v
+    return None
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    sync(device)
+    t = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - t
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tiny", action="store_true", help="CPU, tiny model: exercise every code path quickly")
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--n-layers", type=int, default=8)
+    p.add_argument("--n-heads", type=int, default=8)
+    p.add_argument("--batch", type=int, default=512)
+    p.add_argument("--no-cache-batch", type=int, default=64)
+    p.add_argument("--train-steps", type=int, default=400, help="budget for the number-search run")
+    args = p.parse_args(argv)
+    if args.tiny:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)
+        args.d_model, args.n_layers, args.n_heads, args.batch, args.no_cache_batch = 32, 1, 2, 8, 4
+        args.train_steps = 3
+    elif not torch.cuda.is_available():
+        print("gpu_bench: CUDA is not available on this machine; nothing to measure (use --tiny to exercise "
+              "the code path on the CPU).")
+        return {}
+    else:
+        device = torch.device("cuda")
+        torch.backends.cuda.matmul.allow_tf32 = True
+    amp = torch.bfloat16 if device.type == "cuda" else None
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
+    peak = peak_flops(name)
+    env = make_env("crafting", train_levels=[4])
+    tok = WordTokenizer.from_env(env)
+    torch.manual_seed(0)
+    model = TinyTransformer(ModelConfig(len(tok), args.d_model, args.n_layers, args.n_heads, max_len=512)).to(device)
+    n_params = model.num_parameters()
+    print(f"gpu_bench on {name}: policy d_model={args.d_model} n_layers={args.n_layers} ({n_params / 1e6:.1f}M "
+          f"parameters), bf16 autocast={amp is not None}, bf16 peak={peak / 1e12 if peak else 'unknown'} TFLOP/s")
+    res: dict = {"device": name, "params": n_params}
+
+    def share(flops_per_s):
+        return f"{100 * flops_per_s / peak:.2f}% of bf16 peak" if peak else "peak unknown"
+
+    # 1. rollouts with and without the cache
+    tasks = env.sample_tasks(0, args.batch)
+    gen = lambda: torch.Generator(device=device).manual_seed(1)  # noqa: E731
+    collect_rollouts(model, tok, env, tasks[: min(8, args.batch)], SamplingConfig(), gen(), autocast_dtype=amp)  # warm-up
+    batch, t_roll = timed(lambda: collect_rollouts(model, tok, env, tasks, SamplingConfig(), gen(), autocast_dtype=amp), device)
+    n_tok = int(batch.attention_mask.sum())
+    res["rollout_tok_per_s"] = n_tok / t_roll
+    print(f"1. rollouts: {args.batch} crafting episodes, {n_tok / args.batch:.0f} tokens each on average: "
+          f"{t_roll:.2f} s, {n_tok / t_roll:,.0f} tokens/s with the KV cache ({share(2 * n_params * n_tok / t_roll)})")
+    small = tasks[: args.no_cache_batch]
+    b1, t1 = timed(lambda: collect_rollouts(model, tok, env, small, SamplingConfig(), gen(), autocast_dtype=amp), device)
+    _, t2 = timed(lambda: collect_rollouts(model, tok, env, small, SamplingConfig(), gen(), use_cache=False,
+                                           autocast_dtype=amp), device)
+    res["cache_speedup"] = t2 / t1
+    print(f"   {args.no_cache_batch} episodes: KV cache {t1:.2f} s, full recompute {t2:.2f} s -> {t2 / t1:.1f}x")
+    # 2. one training step over the finished batch
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def train_step():
+        with torch.autocast(device.type, dtype=amp) if amp is not None else torch.enable_grad():
+            logits = model(batch.input_ids, batch.attention_mask)[:, :-1]
+        lp = torch.log_softmax(logits.float(), -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+        loss = -(lp * batch.action_mask).sum() / batch.action_mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    train_step()
+    _, t_fwd = timed(lambda: _forward(model, batch, amp), device)
+    _, t_tr = timed(train_step, device)
+    res["train_tok_per_s"] = n_tok / t_tr
+    print(f"2. training step (forward + backward + Adam) on {n_tok:,} tokens: {t_tr:.3f} s, {n_tok / t_tr:,.0f} "
+          f"tokens/s ({share(6 * n_params * n_tok / t_tr)}); forward only {t_fwd:.3f} s; rollout / forward = "
+          f"{t_roll / t_fwd:.1f}x")
+    # 3. number search end to end with the same model size
+    from agent_lab.trainer import TrainConfig, train
+
+    t = time.perf_counter()
+    r = train(TrainConfig(env="number-search", algo="dr_grpo", sft_steps=min(100, args.train_steps),
+                          steps=args.train_steps, d_model=args.d_model, n_layers=args.n_layers,
+                          n_heads=args.n_heads, lr=3e-4 if not args.tiny else 3e-3, eval_every=5,
+                          stop_at_optimum=True, device=device.type, batch_size=256 if not args.tiny else 16,
+                          group_size=8 if not args.tiny else 4, sft_batch_size=64 if not args.tiny else 8),
+              progress=False)
+    reached = r.reached_optimum_at
+    res["number_search_s"] = time.perf_counter() - t
+    print(f"3. number search, SFT then Dr.GRPO: greedy success {r.final_eval.success:.3f} (planner "
+          f"{r.final_eval.optimum:.3f}); optimum reached: "
+          + (f"step {reached['step']}, {reached['seconds']:.1f} s, {reached['episodes']} episodes" if reached else "no")
+          + f"; {res['number_search_s']:.1f} s in all")
+    return res
+
+
+def _forward(model, batch, amp):
+    """One forward pass over the finished batch, no gradients (bf16 autocast on CUDA)."""
+    with torch.no_grad():
+        if amp is None:
+            return model(batch.input_ids, batch.attention_mask)
+        with torch.autocast("cuda", dtype=amp):
+            return model(batch.input_ids, batch.attention_mask)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The benchmark scripts' code paths run (on the CPU, tiny sizes); their figures are printed, not asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_bench_exits_cleanly_without_cuda(capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _load("gpu_bench").main([]) == {}
+    assert "CUDA is not available" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
+    res = _load("gpu_bench").main(["--tiny"])
+    out = capsys.readouterr().out
+    for section in ("1. rollouts", "2. training step", "3. number search"):
+        assert section in out
+    assert res["rollout_tok_per_s"] > 0 and res["cache_speedup"] > 0
+
+
+def test_gpu_bench_knows_the_h200_bf16_peak():
+    assert _load("gpu_bench").peak_flops("NVIDIA H200") == pytest.approx(989e12)
+
+
+def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
+    res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1"])
+    assert res["identical_samples"] is True
+    assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
