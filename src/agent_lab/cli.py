@@ -31,7 +31,7 @@ def tour() -> None:
     print("\nNext: `make book` (read), assignments/ (do), `make grade SUBMISSIONS=dir` (grade).")
 
 
-_OPTIONAL_TYPES = {"sft_lr": float, "objective": str, "run_dir": str, "stop_after": int}
+_OPTIONAL_TYPES = {"sft_lr": float, "objective": str, "run_dir": str, "stop_after": int, "time_limit_s": float}
 _HELP = {
     "env": "environment name (agent_lab.envs.ENV_NAMES)", "algo": "reinforce | rloo | grpo | dr_grpo | rest_em | ppo | sft",
     "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",

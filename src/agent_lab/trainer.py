@@ -101,6 +101,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # 0: only at the end
     resume: bool = False  # continue from run_dir/checkpoint.pt
     stop_after: int | None = None  # stop (as if interrupted) after this many total steps; for tests
+    time_limit_s: float | None = None  # stop after the step during which this many seconds have passed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -169,6 +170,8 @@ class TrainConfig:
             raise ValueError(f"device must be one of {DEVICE_CHOICES}, got {self.device!r}")
         if self.stop_after is not None and not (isinstance(self.stop_after, int) and self.stop_after >= 1):
             raise ValueError(f"stop_after must be a positive int or None, got {self.stop_after!r}")
+        if self.time_limit_s is not None and not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be positive or None, got {self.time_limit_s!r}")
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs run_dir (the directory holding checkpoint.pt)")
 
@@ -489,7 +492,8 @@ def train(
         row["elapsed_s"] = elapsed0 + time.perf_counter() - t0
         last_step = step == end - 1
         if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step:
-            rep = evaluate(model, env, cfg.eval_split, "greedy", tokenizer=tok, seed=cfg.seed)
+            rep = evaluate(model, env, cfg.eval_split, "greedy", tokenizer=tok, seed=cfg.seed,
+                           candidate_mask=cfg.candidate_mask)
             row.update(eval_success=rep.success, optimum=rep.optimum)
             if reached is None and rep.success >= rep.optimum - 1e-9:
                 reached = {"step": step + 1, "seconds": row["elapsed_s"], "episodes": episodes}
@@ -502,13 +506,15 @@ def train(
                             eval=f"{row.get('eval_success', float('nan')):.2f}")
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             save(step + 1)
-        if cfg.stop_at_optimum and reached is not None:
+        if (cfg.stop_at_optimum and reached is not None) or (
+                cfg.time_limit_s is not None and row["elapsed_s"] >= cfg.time_limit_s):
             end = step + 1
             break
     if bar is not None:
         bar.close()
     save(end)
-    final = evaluate(model, env, cfg.eval_split, "greedy", tokenizer=tok, seed=cfg.seed)
+    final = evaluate(model, env, cfg.eval_split, "greedy", tokenizer=tok, seed=cfg.seed,
+                           candidate_mask=cfg.candidate_mask)
     seconds = elapsed0 + time.perf_counter() - t0
     if writer is not None:
         writer.flush_csv()

@@ -1,0 +1,104 @@
+"""Training benchmarks: time and episodes to the planner's optimum on number search; crafting success.
+
+1. Number search (N=16, K=4; the planner's exact optimum is 15/16, not the lecture's "always succeeds"):
+   for each algorithm, from random initialisation, the seconds and episodes until the *greedy* policy
+   reaches the optimum on all 16 targets (checked every ``eval_every`` steps), median over seeds. "pure RL"
+   runs sample with the environment's structured action mask (the lecture's candidate mask: only guesses
+   inside the current interval), so an untrained policy already acts validly; "sft+dr_grpo" starts with
+   supervised steps on the planner's demonstrations. Targets on 2 CPU cores: Dr.GRPO < 2 min, SFT cold
+   start < 30 s.
+2. Crafting: greedy success on each evaluation split and level after a fixed budget, next to the planner's.
+   Target: >= 95% of the planner's success at depth <= 2 and >= 80% at depth 3.
+
+``--quick`` (default): dr_grpo and sft+dr_grpo over 3 seeds, the other algorithms over 1 seed, a short
+crafting budget. ``--full``: 3 seeds for everything, plus the unmasked pure-RL run and a longer crafting budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from agent_lab.diagnostics import summary_table
+from agent_lab.trainer import TrainConfig, train
+
+#: The recipes measured here; the first two are the book's defaults.
+NUMBER_SEARCH = {
+    "sft+dr_grpo": dict(algo="dr_grpo", sft_steps=200, steps=200, sft_batch_size=32, lr=3e-3),
+    "dr_grpo": dict(algo="dr_grpo", steps=400, candidate_mask=True),
+    "grpo": dict(algo="grpo", steps=400, candidate_mask=True),
+    "rloo": dict(algo="rloo", steps=400, candidate_mask=True),
+    "reinforce": dict(algo="reinforce", steps=400, candidate_mask=True, baseline="running_mean"),
+    "ppo": dict(algo="ppo", steps=400, candidate_mask=True, ppo_epochs=2, minibatches=2),
+    "rest_em": dict(algo="rest_em", steps=400, candidate_mask=True, rest_em_epochs=2),
+    "sft": dict(algo="sft", steps=300, sft_batch_size=32),
+}
+
+
+def number_search(names, seeds_for, time_limit: float) -> list[dict]:
+    rows = []
+    for name in names:
+        secs, eps, finals = [], [], []
+        for seed in range(seeds_for(name)):
+            cfg = TrainConfig(env="number-search", seed=seed, eval_every=5, stop_at_optimum=True,
+                              time_limit_s=time_limit, **NUMBER_SEARCH[name])
+            r = train(cfg, progress=False)
+            hit = r.reached_optimum_at
+            secs.append(hit["seconds"] if hit else float("inf"))
+            eps.append(hit["episodes"] if hit else float("inf"))
+            finals.append(r.final_eval.success)
+            print(f"  {name} seed {seed}: " + (f"optimum at step {hit['step']}, {hit['seconds']:.1f} s, "
+                                               f"{hit['episodes']} episodes" if hit else
+                                               f"not reached in {r.seconds:.0f} s (greedy {r.final_eval.success:.3f})"),
+                  flush=True)
+        rows.append({"recipe": name, "seeds": len(secs), "median_s": statistics.median(secs),
+                     "median_episodes": statistics.median(eps), "reached": f"{sum(s < float('inf') for s in secs)}/{len(secs)}",
+                     "final_greedy": statistics.median(finals)})
+    return rows
+
+
+def crafting(budget_s: float, seed: int = 0) -> list[dict]:
+    from agent_lab.envs import make_env
+    from agent_lab.evaluation import evaluate
+
+    cfg = TrainConfig(env="crafting", algo="dr_grpo", sft_steps=400, steps=400, sft_batch_size=32, batch_size=128,
+                      group_size=8, d_model=96, n_layers=2, n_heads=4, max_len=512, eval_every=0, lr=2e-3,
+                      seed=seed, time_limit_s=budget_s)
+    r = train(cfg, progress=False)
+    env = make_env("crafting")
+    rows = []
+    for split in env.splits:
+        rep = evaluate(r.policy, env, split, "greedy", tokenizer=r.tokenizer)
+        for level, g in sorted(rep.by_group.items()):
+            ratio = g["success"] / g["optimum"] if g["optimum"] else float("nan")
+            rows.append({"split": split, "group": level, "n": g["n"], "greedy": g["success"],
+                         "planner": g["optimum"], "share_of_planner": ratio})
+    print(f"  crafting: {len(r.history)} steps in {r.seconds:.0f} s ({r.episodes} episodes)")
+    return rows
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", default=True)
+    mode.add_argument("--full", action="store_true")
+    p.add_argument("--only", choices=("number-search", "crafting"), default=None)
+    args = p.parse_args(argv)
+    three = ("dr_grpo", "sft+dr_grpo")
+    seeds_for = (lambda n: 3) if args.full else (lambda n: 3 if n in three else 1)
+    limit = 600.0 if args.full else 240.0
+    t = time.perf_counter()
+    if args.only in (None, "number-search"):
+        print("1. number search (N=16, K=4; planner optimum 15/16): time to greedy optimum")
+        rows = number_search(list(NUMBER_SEARCH), seeds_for, limit)
+        print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
+    if args.only in (None, "crafting"):
+        print("\n2. crafting: greedy success after a fixed budget, next to the planner")
+        rows = crafting(900.0 if args.full else 300.0)
+        print(summary_table(rows, ["split", "group", "n", "greedy", "planner", "share_of_planner"]))
+    print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
