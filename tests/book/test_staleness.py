@@ -47,7 +47,7 @@ print(f"VALUE={stalepkg.VALUE} PID={os.getpid()}")
 
 
 def _printed(book) -> tuple[str, str]:
-    html = (book / "_build" / "html" / "chapter.html").read_text(encoding="utf-8")
+    html = (book / "_build" / "html" / "part1" / "00_probe.html").read_text(encoding="utf-8")
     m = re.search(r"VALUE=(\w+) PID=(\d+)", html)
     assert m, "the probe's output is missing from the built page"
     return m.group(1), m.group(2)
@@ -62,9 +62,10 @@ def mini_book(tmp_path):
     static = config["sphinx"]["config"]["html_static_path"]
     config["sphinx"]["config"]["html_static_path"] = [str((BOOK / p).resolve()) for p in static]
     (book / "_config.yml").write_text(yaml.safe_dump(config))
-    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: chapter\n")
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - glob: part1/*\n")
     (book / "intro.md").write_text("# Probe book\n\nA page with math: $x^2$.\n")
-    (book / "chapter.md").write_text(CHAPTER)
+    (book / "part1").mkdir()
+    (book / "part1" / "00_probe.md").write_text(CHAPTER)  # part*/ chapters go through the parallel pre-execution
     (src / "stalepkg" / "__init__.py").write_text("VALUE = 1\n")
     env = {**os.environ, "AGENT_LAB_BOOK_DIR": str(book), "AGENT_LAB_SOURCE_DIR": str(src),
            "PYTHONPATH": str(src), "AGENT_LAB_BOOK_FORCE": "0"}
