@@ -95,10 +95,13 @@ def read(path: Path):
 
 
 def run(path: Path):
-    notebook = read(path)
-    result = single_nb_execution(notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False,
-                                 meta_override=True)
-    return path, notebook, result.time, result.err
+    try:
+        notebook = read(path)
+        result = single_nb_execution(notebook, cwd=str(path.parent), timeout=timeout, allow_errors=False,
+                                     meta_override=True)
+        return path, notebook, result.time, result.err
+    except Exception as exc:  # e.g. a dead kernel: leave the chapter to the Sphinx pass, which reports it
+        return path, None, 0.0, exc
 
 
 cache = get_cache(cache_path)
