@@ -1,4 +1,5 @@
-"""Changing the package's source forces the book's notebooks to run again (no stale outputs).
+"""The build is strict and never stale: changing the package's source forces the notebooks to run again, and a
+cell error or a broken reference fails the build.
 
 ``scripts/build_book.sh`` keys MyST-NB's jupyter-cache by a hash of every ``*.py`` file of the package
 (plus the book config and pyproject.toml): jupyter-cache alone keys only on a notebook's code cells, so
@@ -96,3 +97,22 @@ def test_changed_package_source_reexecutes_the_book_and_unchanged_source_reuses_
     (src / "stalepkg" / "__init__.py").write_text("VALUE = 3\n")
     _run([str(ROOT / ".venv/bin/jupyter-book"), "build", str(book), "--builder", "html", "--all"], env)
     assert _printed(book) == ("2", pid2)
+
+
+def _build_fails_with(mini_book, chapter_text: str) -> str:
+    book, _src, env = mini_book
+    (book / "part1" / "00_probe.md").write_text(chapter_text)
+    proc = subprocess.run(["bash", "scripts/build_book.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0, "the build succeeded although it should have failed"
+    return proc.stdout + proc.stderr
+
+
+def test_a_cell_error_fails_the_build(mini_book):
+    out = _build_fails_with(mini_book, CHAPTER.replace("import stalepkg", "import stalepkg\nassert 1 == 2, 'probe'"))
+    assert "AssertionError" in out or "CellExecutionError" in out or "ExecutionError" in out
+
+
+def test_a_broken_reference_fails_the_build(mini_book):
+    out = _build_fails_with(mini_book, CHAPTER + "\nSee {ref}`ch-no-such-chapter`.\n")
+    assert "ch-no-such-chapter" in out
