@@ -12,7 +12,14 @@ student loses every point, including those for the parts that were right.  This 
 * caps each cell's output (``max_output_chars``) while it arrives, so megabytes of prints cannot
   exhaust the grader's memory;
 * gives up (remaining cells get an error) after ``max_restarts`` restarts or when the notebook's
-  wall-time budget is spent.
+  wall-time budget is spent;
+* before each test cell, resets the IPython hooks through which earlier (student) code could rewrite
+  or silence the test: input and AST transformers, custom exception handlers, event callbacks from
+  outside IPython, trace functions, and per-instance overrides of the shell's run/traceback methods.
+  The reset travels as a ``user_expressions`` entry of an empty execute request, which IPython
+  evaluates without passing it through those transformers.  If the shell's own classes were
+  patched, the test is not run and earns nothing (``GraderIntegrityError``).  This raises the bar;
+  it cannot make a process that runs student code trustworthy (see autograder/README.md).
 """
 from __future__ import annotations
 
@@ -28,6 +35,34 @@ from . import sandbox
 from .sandbox import SandboxKernelManager
 
 TRUNCATED = "\n[output truncated by the grader: more than {limit} characters]\n"
+
+RESET_HOOKS = r'''
+import os, sys
+import IPython, ipykernel
+from IPython.core.inputtransformer2 import TransformerManager
+ip = IPython.get_ipython()
+trusted_dirs = tuple(os.path.dirname(m.__file__) for m in (IPython, ipykernel))
+trusted_modules = ("IPython", "ipykernel", "matplotlib", "matplotlib_inline", "ipywidgets", "comm")
+problems = []
+for name in ("run_cell", "run_cell_async", "run_ast_nodes", "run_code", "transform_cell",
+             "transform_ast", "showtraceback", "_showtraceback", "showsyntaxerror",
+             "user_expressions", "should_run_async", "_run_cell", "get_exception_only"):
+    ip.__dict__.pop(name, None)
+    code = getattr(getattr(getattr(type(ip), name, None), "__code__", None), "co_filename", "")
+    if getattr(type(ip), name, None) is not None and not code.startswith(trusted_dirs):
+        problems.append(name)
+ip.input_transformer_manager = TransformerManager()
+ip.input_transformers_post = []
+ip.ast_transformers = []
+ip.custom_exceptions = ()
+for callbacks in ip.events.callbacks.values():
+    callbacks[:] = [cb for cb in callbacks
+                    if str(getattr(getattr(cb, "__func__", cb), "__module__", "")).startswith(trusted_modules)]
+sys.settrace(None)
+sys.setprofile(None)
+result = "tampered: " + ", ".join(problems) if problems else "hooks-reset"
+'''
+RESET_EXPRESSION = f"(lambda ns: (exec({RESET_HOOKS!r}, ns), ns['result'])[1])({{}})"
 
 
 def error_output(ename: str, evalue: str) -> NotebookNode:
@@ -82,6 +117,14 @@ class SandboxExecute(Execute):
             cell.outputs = [error_output("NotRun", self._gave_up)]
             return cell, resources
         try:
+            if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+                verdict = self._reset_hooks()
+                if verdict != "hooks-reset":
+                    cell.outputs = [error_output(
+                        "GraderIntegrityError", "earlier code changed how the kernel runs cells "
+                        f"({verdict}); this test was not run and earns no points")]
+                    self._done.append(index)
+                    return cell, resources
             cell, resources = super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
             cell.outputs.append(error_output(
@@ -106,6 +149,21 @@ class SandboxExecute(Execute):
         else:
             self._done.append(index)
         return cell, resources
+
+    def _reset_hooks(self) -> str:
+        """Run RESET_HOOKS in the kernel; return its verdict ("hooks-reset" when all is well)."""
+        msg_id = self.kc.execute("", silent=True, store_history=False, allow_stdin=False,
+                                 user_expressions={"reset": RESET_EXPRESSION})
+        try:
+            reply = self.wait_for_reply(msg_id)
+        except (DeadKernelError, CellTimeoutError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - no reply means no trustworthy test
+            return f"the hook reset got no reply ({type(exc).__name__})"
+        value = (reply or {}).get("content", {}).get("user_expressions", {}).get("reset", {})
+        if value.get("status") != "ok":
+            return "the hook reset could not run"
+        return str(value.get("data", {}).get("text/plain", "")).strip("'\"")
 
     def _recover(self, failed_index: int) -> None:
         """Start a fresh kernel and replay the cells before ``failed_index`` that succeeded."""

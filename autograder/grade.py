@@ -232,7 +232,7 @@ def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str
     shutil.copy(out / "assignment.db", run / "gradebook.db")
     nbformat.write(sub.notebook, submitted / f"{assignment}.ipynb")
     lease = sandbox.UidLease()
-    ipc_dir = sandbox.make_ipc_dir(Path("/tmp/agentlab-grade") / uuid.uuid4().hex[:12], lease.uid)
+    ipc_dir = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
     log = run / "autograde.log"
     try:
         (run / "nbgrader_config.py").write_text(_worker_config(run, lease.uid, ipc_dir, limits))
@@ -249,6 +249,10 @@ def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str
             result.notes.append(f"grader log: {log}")
         else:
             result = _read_scores(sub, graded, run / "gradebook.db", assignment)
+            # The executed notebook, for instructors (it holds the hidden tests: never for students).
+            kept = out / "course" / "autograded" / sub.student / assignment
+            kept.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(graded, kept / f"{assignment}.ipynb")
     finally:
         sandbox.reap(lease.uid)  # nothing a student started may outlive the grading
         shutil.rmtree(ipc_dir, ignore_errors=True)
@@ -428,12 +432,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-mib", type=int, default=Limits.memory_bytes >> 20)
     parser.add_argument("--keep-runs", action="store_true", help="keep the scratch course copies")
     args = parser.parse_args(argv)
-    limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
-                    memory_bytes=args.memory_mib << 20)
+    try:
+        limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                        memory_bytes=args.memory_mib << 20)
+    except ValueError as exc:
+        parser.error(str(exc))
     start = time.monotonic()
-    results = grade_all(args.submissions, out=args.out, source_root=args.source,
-                        assignment=args.assignment, jobs=args.jobs, limits=limits,
-                        keep_runs=args.keep_runs)
+    try:
+        results = grade_all(args.submissions, out=args.out, source_root=args.source,
+                            assignment=args.assignment, jobs=args.jobs, limits=limits,
+                            keep_runs=args.keep_runs)
+    except (ValueError, RuntimeError) as exc:
+        print(f"grade: {exc}", file=sys.stderr)
+        return 2
     print(summary_table(results))
     out = args.out.resolve()
     print(f"\n{len(results)} submissions in {time.monotonic() - start:.1f} s. "

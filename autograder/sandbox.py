@@ -24,8 +24,10 @@ import fcntl
 import os
 import shutil
 import signal
+import stat
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +39,8 @@ REPO = Path(__file__).resolve().parent.parent
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 HOME_IN_SANDBOX = "/home/student"
 UID_RANGE = range(60001, 60001 + 256)
-LOCK_DIR = Path("/tmp/agentlab-sandbox-locks")
+GRADE_TMP = Path("/tmp/agentlab-grade")      # root-owned; per-worker socket roots live here
+LOCK_DIR = GRADE_TMP / "locks"
 
 
 @dataclass(frozen=True)
@@ -74,24 +77,45 @@ class UidLease:
     """Hold an exclusive uid from ``UID_RANGE`` while a sandbox runs (a flock per uid).
 
     Locks are per uid and released when the holder exits, even on a crash, so concurrent grading
-    runs (two terminals, pytest-xdist) never share a uid.
+    runs (two terminals, pytest-xdist) never share a uid; a uid that still has processes (left by
+    a grader that was killed) is skipped.
     """
 
     def __init__(self) -> None:
-        LOCK_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        root_dir(LOCK_DIR)
         for uid in UID_RANGE:
-            handle = open(LOCK_DIR / f"{uid}.lock", "w")
+            # O_NOFOLLOW: never follow a planted link while running as root.
+            fd = os.open(LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                handle.close()
+                os.close(fd)
                 continue
-            self.uid, self._handle = uid, handle
+            if processes_of(uid):  # a grader that died left a sandbox running: skip its uid
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
             return
         raise RuntimeError(f"all {len(UID_RANGE)} sandbox uids are in use")
 
     def release(self) -> None:
-        self._handle.close()
+        os.close(self._fd)
+
+
+def root_dir(path: str | os.PathLike) -> Path:
+    """Create (if needed) and verify a directory only root can write: no link, owner 0, mode 0755.
+
+    The grader runs as root; a directory under /tmp that someone else made or can write into could
+    redirect its writes (connection files, locks) through planted symlinks.
+    """
+    path = Path(path)
+    for part in [*reversed(path.parents[:-1]), path]:
+        if not part.exists():
+            part.mkdir(mode=0o755)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        raise RuntimeError(f"{path} must be a directory owned by root and writable only by root")
+    return path
 
 
 def processes_of(uid: int) -> list[int]:
@@ -205,27 +229,31 @@ class SandboxKernelManager(AsyncKernelManager):
 
     The kernelspec is built here and never looked up, so a submission cannot pick an unsandboxed
     kernel through its ``kernelspec`` metadata.  Interrupts are sent as messages (the bwrap process
-    between the grader and the kernel would not forward SIGINT).
+    between the grader and the kernel would not forward SIGINT).  Each kernel gets a fresh,
+    randomly named socket directory inside ``ipc_dir`` (a root-owned directory), so files a previous
+    kernel left behind (say, a symlink named like the connection file) are never written through.
     """
 
     sandbox_uid = Integer(0, config=True, help="uid the kernel runs as (a leased, unprivileged uid)")
-    ipc_dir = Unicode("", config=True, help="directory for the unix sockets, bound into the sandbox")
+    ipc_dir = Unicode("", config=True, help="root-owned directory for the per-kernel socket dirs")
     limit_values = List(Integer(), default_value=[], config=True,
                         help="Limits fields in order (empty: defaults)")
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if self.sandbox_uid < 1000 or not self.ipc_dir:
+        if self.sandbox_uid not in UID_RANGE or not self.ipc_dir:
             raise ValueError(
-                f"SandboxKernelManager needs sandbox_uid >= 1000 and ipc_dir, got "
+                f"SandboxKernelManager needs sandbox_uid in {UID_RANGE} and ipc_dir, got "
                 f"{self.sandbox_uid!r} and {self.ipc_dir!r}"
             )
+        root_dir(self.ipc_dir)
+        self.kernel_dir = make_ipc_dir(Path(self.ipc_dir) / uuid.uuid4().hex[:10], self.sandbox_uid)
         self.transport = "ipc"
-        self.ip = os.path.join(self.ipc_dir, "k")
-        self.connection_file = os.path.join(self.ipc_dir, "kernel.json")
+        self.ip = os.path.join(self.kernel_dir, "k")
+        self.connection_file = os.path.join(self.kernel_dir, "kernel.json")
         limits = Limits(*self.limit_values) if self.limit_values else Limits()
         self._kernel_spec = KernelSpec(
-            argv=bwrap_command(kernel_argv(), uid=self.sandbox_uid, ipc_dir=self.ipc_dir,
+            argv=bwrap_command(kernel_argv(), uid=self.sandbox_uid, ipc_dir=self.kernel_dir,
                                limits=limits),
             display_name="Python 3 (agent-lab grading sandbox)", language="python",
             interrupt_mode="message", env={},
@@ -244,12 +272,18 @@ class SandboxKernelManager(AsyncKernelManager):
         # The kernel runs as sandbox_uid and must read its key; the directory is private to that uid.
         os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
 
+    def cleanup_resources(self, restart: bool = False) -> None:
+        super().cleanup_resources(restart=restart)
+        if not restart:
+            shutil.rmtree(self.kernel_dir, ignore_errors=True)
 
-def make_ipc_dir(root: str | os.PathLike, uid: int) -> str:
-    """A fresh directory owned by ``uid`` (mode 0700) for one kernel's sockets; short enough for AF_UNIX."""
-    path = Path(root)
-    path.mkdir(mode=0o700, parents=True, exist_ok=False)
-    os.chown(path, uid, uid)
+
+def make_ipc_dir(path: str | os.PathLike, uid: int) -> str:
+    """A new directory (mode 0700, owned by ``uid``) in a root-owned parent; short enough for AF_UNIX."""
+    path = Path(path)
+    root_dir(path.parent)
     if len(str(path)) > 80:
         raise ValueError(f"ipc dir {path} is too long for unix socket paths (needs <= 80 chars)")
+    path.mkdir(mode=0o700)  # fails if it exists: never reuse a directory someone else prepared
+    os.chown(path, uid, uid)
     return str(path)

@@ -24,12 +24,14 @@ IGNORED_PARTS = {"__MACOSX", ".ipynb_checkpoints"}
 
 
 # Code that reaches into the kernel or the test helpers.  Student code shares the kernel process
-# with the tests, so a determined student can subvert tests that run after their code (IPython input
-# transformers, frame inspection, ...); no sandbox prevents that.  Such code is flagged for review.
+# with the tests; the grader resets IPython's hooks before each test (execute.py), but a determined
+# student can still subvert later tests from inside the process (frame inspection, patched
+# builtins, ...), which no sandbox prevents.  Such code is flagged for a human to review.
 SUSPICIOUS = re.compile(
     r"get_ipython|input_transformers|ast_transformers|events\.register|sys\.settrace|"
     r"sys\.setprofile|__closure__|gc\.get_|ctypes|currentframe|_getframe|f_back|f_globals|"
-    r"__builtins__|import builtins|linecache|\b_check\b|os\.fork|os\._exit|subprocess")
+    r"__builtins__|import builtins|linecache|\b_check\b|os\.fork|os\._exit|subprocess|"
+    r"InteractiveShell|set_custom_exc|ipykernel")
 
 
 def suspicious_code(nb: nbformat.NotebookNode) -> list[str]:

@@ -29,7 +29,6 @@ class Case:
     messages: dict[str, str] = field(default_factory=dict)   # grade_id -> fragment of its message
     note: str = ""                                  # fragment of one of the notes
     review: bool = False                            # must be flagged for a human
-    scored: bool = True                             # False: the score is not guaranteed (see below)
     train: bool = False                             # the training part is solved too
 
 
@@ -135,12 +134,21 @@ def build(out: Path, source_nb, release_nb, secrets: dict[str, str]) -> list[Cas
              "def reinforce_loss(logprobs, action_mask, coefficients):\n"
              "    return (logprobs * 0.0).sum()\n")
     variant(Case("monkeypatch", zero=("reinforce_loss",)), {"reinforce_loss": patch})
-    # Code sharing the kernel can rewrite the tests that run after it; no sandbox can stop that
-    # (autograder/README.md, "Known limits"), so this case is only required to be flagged.
-    variant(Case("hooks_later_cells", review=True, scored=False),
-            {"reward_to_go": "get_ipython().input_transformers_cleanup.append(\n"
-                             "    lambda lines: ['pass\\n'] if any('_check' in l for l in lines) else lines)\n"
+    # Earlier code rewriting or silencing later cells through IPython's hooks: the grader resets
+    # the hooks before each test, so only the wrong function loses points; a patched shell class
+    # cannot be repaired, so no test is trusted after it.
+    variant(Case("hooks_later_cells", zero=("reward_to_go",), review=True),
+            {"reward_to_go": "ip = get_ipython()\n"
+                             "ip.input_transformers_cleanup.append(lambda lines: ['pass\\n'])\n"
+                             "ip.ast_transformers.append(__import__('ast').NodeTransformer())\n"
+                             "ip.showtraceback = lambda *a, **k: None\n"
+                             "ip.set_custom_exc((BaseException,), lambda *a, **k: None)\n"
                              + FORWARD_RTG})
+    variant(Case("patches_shell_class", zero=FUNCTIONS, review=True,
+                 messages={"test_dr_grpo_loss_hidden": "GraderIntegrityError"}),
+            {"reward_to_go": "from IPython.core.interactiveshell import InteractiveShell\n"
+                             "InteractiveShell.showtraceback = lambda *a, **k: None\n"
+                             + sol["reward_to_go"]})
     variant(Case("reads_secrets"),
             {"reward_to_go": attack_source(secrets) + "\n\n" + sol["reward_to_go"]})
     variant(Case("big_output"),

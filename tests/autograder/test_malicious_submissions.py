@@ -45,7 +45,10 @@ def batch(tmp_path_factory):
     source_nb = nbformat.read(SOURCE / NAME / f"{NAME}.ipynb", as_version=4)
     release_nb = nbformat.read(release, as_version=4)
     host_tmp = Path("/tmp") / f"agentlab-pwned-{uuid.uuid4().hex[:8]}"
+    canary = tmp_path_factory.mktemp("instructor") / "answers.txt"
+    canary.write_text("hidden answers")
     secrets = {
+        "instructor file": str(canary),
         "source notebook": str(SOURCE / NAME / f"{NAME}.ipynb"),
         "course gradebook": str(out / "course" / "gradebook.db"),
         "assignment gradebook": str(out / "assignment.db"),
@@ -56,8 +59,7 @@ def batch(tmp_path_factory):
         "host /tmp": str(host_tmp / "x"),
     }
     cases = malicious.build(subs, source_nb, release_nb, secrets)
-    protected = {p: _sha(Path(p)) for p in (secrets["source notebook"], secrets["repository tests"],
-                                          secrets["package source"])}
+    protected = {p: _sha(Path(p)) for p in (secrets["instructor file"],)}
     results = grade.grade_all(subs, out=out, source_root=SOURCE, assignment=NAME, jobs=2,
                               limits=LIMITS, keep_runs=True)
     points = {gid: float(m["points"]) for gid, (_, m) in release_metadata(release_nb).items()
@@ -70,7 +72,7 @@ def batch(tmp_path_factory):
 CASES = ["control", "reference", "infinite_loop", "memory_bomb", "fork_bomb", "os_exit", "sys_exit",
          "import_error", "deleted_tests", "edited_tests", "reordered_tests", "changed_metadata",
          "always_equal", "monkeypatch", "reads_secrets", "big_output", "not_json", "truncated_json",
-         "missing_notebook", "renamed_notebook", "hooks_later_cells"]
+         "missing_notebook", "renamed_notebook", "hooks_later_cells", "patches_shell_class"]
 
 
 def test_every_case_is_in_the_batch(batch):
@@ -81,8 +83,6 @@ def test_every_case_is_in_the_batch(batch):
 @pytest.mark.parametrize("student", CASES)
 def test_each_case_gets_exactly_the_points_for_the_parts_it_did_right(batch, student):
     case, result = batch["cases"][student], batch["results"][student]
-    if not case.scored:
-        pytest.skip(f"{student}: in-kernel subversion is flagged for review, not prevented")
     want = malicious.expected_scores(case, batch["points"])
     got = {t.grade_id: t.score for t in result.tests}
     assert result.status == case.status, (result.status, result.notes)
@@ -117,12 +117,14 @@ def test_attacks_on_files_network_and_privileges_are_blocked(batch):
     # The package sources are bound read-only on purpose (the notebook imports agent_lab).
     assert set(leaked) <= {"write host /tmp", "create next to host /tmp", "read package source",
                            "list package source"}, leaked
-    assert {k: v for k, v in report.items() if "package source" in k and k.startswith(("write", "create"))} \
-        == {"write package source": "blocked: OSError", "create next to package source": "blocked: OSError"}
+    assert report["write package source"].startswith("blocked")
+    assert report["create next to package source"].startswith("blocked")
     assert not batch["host_tmp"].exists()
     for path, digest in batch["protected"].items():
         assert _sha(Path(path)) == digest, f"{path} changed"
+    for path in batch["secrets"].values():  # other people edit the repository meanwhile: no hashes
         assert not (Path(path).parent / "pwned.txt").exists()
+        assert not Path(path).is_file() or not Path(path).read_bytes().endswith(b"pwned")
 
 
 def test_feedback_shows_test_names_points_and_messages_but_never_hidden_test_code(batch):

@@ -83,7 +83,7 @@ async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3") 
 @pytest.fixture(scope="module")
 def facts():
     lease = sandbox.UidLease()
-    ipc = sandbox.make_ipc_dir(Path("/tmp/agentlab-grade") / uuid.uuid4().hex[:12], lease.uid)
+    ipc = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
     try:
         # A notebook naming another kernel (here "bash") still gets the sandboxed Python kernel.
         text = asyncio.run(_run(PROBE, lease.uid, ipc, kernel_name="bash"))
@@ -157,6 +157,28 @@ def test_reap_kills_every_process_of_a_sandbox_uid_and_refuses_other_uids():
         lease.release()
     with pytest.raises(ValueError, match="sandbox uid"):
         sandbox.reap(0)
+
+
+def test_socket_dirs_are_fresh_private_and_refuse_a_prepared_or_foreign_parent(tmp_path):
+    lease = sandbox.UidLease()
+    try:
+        parent = sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12])
+        made = Path(sandbox.make_ipc_dir(parent / "k1", lease.uid))
+        info = made.stat()
+        assert (info.st_uid, info.st_mode & 0o777) == (lease.uid, 0o700)
+        with pytest.raises(FileExistsError):
+            sandbox.make_ipc_dir(made, lease.uid)            # never reused
+        foreign = parent / "foreign"
+        foreign.mkdir()
+        os.chown(foreign, lease.uid, lease.uid)              # a directory a sandbox user owns
+        with pytest.raises(RuntimeError, match="owned by root"):
+            sandbox.make_ipc_dir(foreign / "k2", lease.uid)
+        (parent / "link").symlink_to(tmp_path)
+        with pytest.raises(RuntimeError, match="owned by root"):
+            sandbox.root_dir(parent / "link")
+        shutil.rmtree(parent)
+    finally:
+        lease.release()
 
 
 def test_limits_reject_non_positive_values():
