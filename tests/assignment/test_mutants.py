@@ -12,7 +12,7 @@ from .mutants import CALLS_REFERENCE, HARD_CODED, MUTANTS
 from .notebook_runner import GRADED_FUNCTIONS, run_notebook, points_by_test
 
 # The reference run is shared by several tests; the training cells need the trainer and run elsewhere.
-pytestmark = pytest.mark.xdist_group("assignment")
+pytestmark = pytest.mark.xdist_group("assignment-mutants")
 
 POINTS = points_by_test()
 FULL = sum(points for grade, points in POINTS.items() if grade != "test_train_agent")

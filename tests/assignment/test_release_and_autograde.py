@@ -16,7 +16,7 @@ import pytest
 from .mutants import MUTANTS, submission_notebook
 from .notebook_runner import ROOT, SOURCE, grade_id, points_by_test, run_notebook
 
-pytestmark = pytest.mark.xdist_group("assignment")
+pytestmark = pytest.mark.xdist_group("assignment-release")
 
 NAME = "policy_gradients"
 BUILT_RELEASE = ROOT / "assignments" / "release" / NAME / f"{NAME}.ipynb"
