@@ -21,11 +21,11 @@ import statistics
 import time
 
 from agent_lab.diagnostics import summary_table
-from agent_lab.trainer import TrainConfig, train
+from agent_lab.trainer import TrainConfig, fast_number_search_config, train
 
 #: The recipes measured here; the first two are the book's defaults.
 NUMBER_SEARCH = {
-    "sft+dr_grpo": dict(algo="dr_grpo", sft_steps=200, steps=200, sft_batch_size=32, lr=3e-3),
+    "sft+dr_grpo": "fast_number_search_config",
     "dr_grpo": dict(algo="dr_grpo", steps=400, candidate_mask=True),
     "grpo": dict(algo="grpo", steps=400, candidate_mask=True),
     "rloo": dict(algo="rloo", steps=400, candidate_mask=True),
@@ -41,8 +41,11 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
     for name in names:
         secs, eps, finals = [], [], []
         for seed in range(seeds_for(name)):
-            cfg = TrainConfig(env="number-search", seed=seed, eval_every=5, stop_at_optimum=True,
-                              time_limit_s=time_limit, **NUMBER_SEARCH[name])
+            if NUMBER_SEARCH[name] == "fast_number_search_config":
+                cfg = fast_number_search_config(seed=seed, time_limit_s=time_limit)
+            else:
+                cfg = TrainConfig(env="number-search", seed=seed, eval_every=5, stop_at_optimum=True,
+                                  time_limit_s=time_limit, **NUMBER_SEARCH[name])
             r = train(cfg, progress=False)
             hit = r.reached_optimum_at
             secs.append(hit["seconds"] if hit else float("inf"))

@@ -4,13 +4,15 @@ Book chapter "Training an LM agent from scratch". One function, :func:`train`, r
 under ``torchrun --nproc_per_node N`` (DDP). Every setting is a field of :class:`TrainConfig` with a plain
 default; the run prints and saves the exact loss (seed 000 §6: "report the exact loss").
 
-The fast, reliable number-search recipe used by the book and the assignment (measured in
-``bench/bench_trainer.py``; seconds on 2 CPU cores)::
+The fast, reliable number-search recipe used by the book and the assignment is
+:func:`fast_number_search_config` (SFT cold start on the planner's demonstrations, then Dr.GRPO, stopping
+as soon as the greedy policy reaches the planner's exact optimum 15/16)::
 
-    train(TrainConfig(env="number-search", algo="dr_grpo", sft_steps=20, steps=40, stop_at_optimum=True))
+    result = train(fast_number_search_config())
 
-(d_model 64, 2 layers, batch 256 = 32 tasks x 8 samples, Adam lr 3e-3: SFT on the planner's
-demonstrations, then Dr.GRPO until the greedy policy reaches the planner's exact 15/16.)
+d_model 64, 2 layers, Adam lr 3e-3, 32 demonstrations per SFT step, RL batch 256 = 32 tasks x 8. Measured by
+``bench/bench_trainer.py`` on the shared 2-core machine: the optimum is reached at step 95-145
+(11-24 s, 3 seeds), during the SFT phase.
 """
 
 from __future__ import annotations
@@ -174,6 +176,18 @@ class TrainConfig:
             raise ValueError(f"time_limit_s must be positive or None, got {self.time_limit_s!r}")
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs run_dir (the directory holding checkpoint.pt)")
+
+
+def fast_number_search_config(**overrides: Any) -> TrainConfig:
+    """The book's default number-search run: SFT on planner demonstrations then Dr.GRPO, stop at the optimum.
+
+    ``train(fast_number_search_config())`` reaches greedy success 15/16 in well under a minute on 2 CPU
+    cores (see the module docstring for measured figures). Keyword ``overrides`` replace fields.
+    """
+    base = dict(env="number-search", algo="dr_grpo", sft_steps=200, steps=200, sft_batch_size=32, lr=3e-3,
+                d_model=64, n_layers=2, n_heads=4, batch_size=256, group_size=8, eval_every=5,
+                stop_at_optimum=True)
+    return TrainConfig(**{**base, **overrides})
 
 
 @dataclass
