@@ -127,3 +127,10 @@ def test_book_links_in_the_release_point_to_existing_chapters(fresh_release):
     }
     missing = [link for link in links if not (BUILT_RELEASE.parent / link).resolve().is_file()]
     assert missing == []
+
+
+def test_source_text_has_no_stray_control_characters():
+    """Catches an unescaped backslash sequence such as \\a or \\f that turned LaTeX into a control character."""
+    for cell in nbformat.read(SOURCE, as_version=4).cells:
+        bad = sorted({repr(ch) for ch in cell.source if ord(ch) < 32 and ch != "\n"})
+        assert bad == [], f"{grade_id(cell) or cell.cell_type}: {bad}"
