@@ -208,6 +208,7 @@ class _ActionConstraint:
         m = self.base.expand(B, -1).clone()
         m[n_words >= self.max_words] = self.only_nl
         if candidates is not None:
+            rows, toks, has = [], [], torch.zeros(B, dtype=torch.bool)
             for b in range(B):
                 cands = candidates[b]
                 if not cands:
@@ -215,13 +216,29 @@ class _ActionConstraint:
                 p, j = prefixes[b], len(prefixes[b])
                 nxt = {c[j] for c in cands if len(c) > j and c[:j] == p}
                 if nxt:
-                    row = torch.zeros(len(self.tok), dtype=torch.bool, device=self.device)
-                    row[list(nxt)] = True
-                    m[b] = row & m[b] if (row & m[b]).any() else row
+                    has[b] = True
+                    rows += [b] * len(nxt)
+                    toks += list(nxt)
+            if rows:
+                cand = torch.zeros(B, len(self.tok), dtype=torch.bool)
+                cand[rows, toks] = True
+                cand, has = cand.to(self.device), has.to(self.device)
+                both = cand & m
+                # the candidates win; the structural mask is kept where it leaves at least one of them
+                m = torch.where(has[:, None], torch.where(both.any(-1, keepdim=True), both, cand), m)
         return m
 
 
 # ----------------------------------------------------------------------------- the rollout loop
+def _encode_action(tok: WordTokenizer, text: str) -> list[int]:
+    """Token ids of an allowed action plus its newline, memoised on the tokenizer (candidates repeat)."""
+    memo = tok.__dict__.setdefault("_action_memo", {})
+    ids = memo.get(text)
+    if ids is None:
+        ids = memo[text] = tok.encode(text) + [tok.nl_id]
+    return ids
+
+
 def _env_allowed_actions(env, tok: WordTokenizer, live: list[bool]) -> list[list[list[int]]] | None:
     fn = getattr(env, "allowed_actions", None)
     if fn is None:
@@ -231,7 +248,7 @@ def _env_allowed_actions(env, tok: WordTokenizer, live: list[bool]) -> list[list
         return None
     out = []
     for b, a in enumerate(acts):
-        out.append([tok.encode(x) + [tok.nl_id] for x in sorted(a)] if (live[b] and a) else [])
+        out.append([_encode_action(tok, x) for x in sorted(a)] if (live[b] and a) else [])
     return out
 
 
@@ -305,23 +322,25 @@ def collect_rollouts(
         k = max((len(p) for p in pending), default=0)
         if k == 0:
             return None
-        ids = torch.full((B, k), tok.pad_id, dtype=torch.long)
-        valid = torch.zeros(B, k, dtype=torch.bool)
+        lens = [len(p) for p in pending]
+        ids = torch.tensor([p + [tok.pad_id] * (k - len(p)) for p in pending], dtype=torch.long)
+        valid = torch.arange(k)[None] < torch.tensor(lens)[:, None]
         act = torch.zeros(B, k, dtype=torch.bool)
         lp = torch.zeros(B, k)
         turn = torch.full((B, k), -1, dtype=torch.long)
         allowed = all_true.expand(B, k, V).clone()
-        for b, p in enumerate(pending):
-            if p:
-                ids[b, : len(p)] = torch.tensor(p)
-                valid[b, : len(p)] = True
-                for j, (l, t, a) in enumerate(pending_meta[b]):
-                    if a is not None:  # a policy token (the newline closing an action)
-                        act[b, j], lp[b, j], turn[b, j] = True, l, t
-                        allowed[b, j] = a
+        # policy tokens among the pending ones (the newline closing each action), written with index lists
+        pol = [(b, j, m) for b, metas in enumerate(pending_meta) for j, m in enumerate(metas) if m[2] is not None]
+        if pol:
+            bs = torch.tensor([x[0] for x in pol])
+            js = torch.tensor([x[1] for x in pol])
+            act[bs, js] = True
+            lp[bs, js] = torch.tensor([x[2][0] for x in pol])
+            turn[bs, js] = torch.tensor([x[2][1] for x in pol])
+            allowed[bs.to(device), js.to(device)] = torch.stack([x[2][2] for x in pol])
         ids, valid = ids.to(device), valid.to(device)
         record(ids, valid, act.to(device), lp.to(device), turn.to(device), allowed)
-        lens = torch.tensor([len(p) for p in pending], device=device)
+        lens = torch.tensor(lens, device=device)
         for b in range(B):
             pending[b], pending_meta[b] = [], []
         if not run_model:
