@@ -78,3 +78,27 @@ def test_css_scan_detects_external_references(css):
 
 def test_css_scan_allows_data_and_relative_urls():
     assert css_external_urls("a{background:url(data:image/svg+xml;utf8,<svg/>)} b{src:url(../fonts/x.woff2)}") == []
+
+
+def test_every_widget_shows_a_static_figure_and_the_jupyterlab_line_in_the_book():
+    import re
+
+    from ._built import BOOK, chapter_sources
+
+    root = built_html()
+    calls = re.compile(r"\b(baseline_explorer|degenerate_group_explorer|number_search_playground)\(")
+    checked = 0
+    for src in chapter_sources():
+        text = src.read_text(encoding="utf-8")
+        # only calls inside code cells count (prose may name the functions)
+        code = "\n".join(re.findall(r"```\{code-cell\}[^\n]*\n(.*?)```", text, re.S))
+        if not calls.search(code):
+            continue
+        page = root / src.relative_to(BOOK).with_suffix(".html")
+        html = page.read_text(encoding="utf-8")
+        rel = src.relative_to(BOOK.parent).as_posix()
+        assert "Static figure." in html, f"{page.name}: the widget did not render its static figure"
+        assert re.search(r"jupyter</span>\s*<span[^>]*>lab</span>\s*<span[^>]*>" + re.escape(rel), html), (
+            f"{page.name}: no 'open in JupyterLab' line naming {rel}")
+        checked += 1
+    assert checked >= 1, "no chapter uses a widget: nothing was checked"
