@@ -44,6 +44,8 @@ if not os.environ.get("MPLBACKEND"):
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from agent_lab.envs import NumberSearchDP, make_env  # noqa: E402
+from agent_lab.envs.number_search_dp import candidates_after  # noqa: E402
 from agent_lab.training import degenerate_binary_group_probability, reinforce_estimate  # noqa: E402
 
 __all__ = [
@@ -386,8 +388,6 @@ def number_search_table(history: Sequence[tuple[int | None, str]] = (), n: int =
     Returns ``candidates`` ``(lo, hi)``, ``turn`` (guesses made), ``value``, ``q`` (dict guess -> value) and
     ``optimal`` (the guesses attaining the maximum). Book chapter: ``ch-demonstrations``.
     """
-    from agent_lab.envs.number_search_dp import candidates_after
-
     dp = _dp(n, k, reward)
     history = tuple((g, f) for g, f in history)
     q = {a: v for a, v in dp.q_values(history).items() if a is not None}
@@ -400,9 +400,8 @@ def number_search_table(history: Sequence[tuple[int | None, str]] = (), n: int =
     }
 
 
-def _dp(n: int, k: int, reward: str):  # one planner per setting: its memo table is reused by every query
-    from agent_lab.envs import NumberSearchDP
-
+def _dp(n: int, k: int, reward: str) -> NumberSearchDP:
+    """One planner per setting, so its memo table is reused by every query of the playground."""
     key = (n, k, reward)
     if key not in _DP_CACHE:
         _DP_CACHE[key] = NumberSearchDP(n=n, k=k, reward=reward)
@@ -414,8 +413,6 @@ _DP_CACHE: dict = {}
 
 def _play(hidden: int, guesses: Sequence[int], n: int, k: int, reward: str) -> list[dict]:
     """Play ``guesses`` against the real environment; one record per turn (history before it, answer, reward)."""
-    from agent_lab.envs import make_env
-
     env = make_env("number-search", n=n, guesses=k, reward=reward)
     env.reset([hidden])
     history: list[tuple[int | None, str]] = []
@@ -476,8 +473,6 @@ class NumberSearchPlayground(_Explorer):
 
     def new_game(self) -> None:
         """Start over with the current hidden number."""
-        from agent_lab.envs import make_env
-
         self.env = make_env("number-search", n=self.n, guesses=self.k, reward=self.reward)
         self.env.reset([int(self.hidden.value)])
         self.history: list[tuple[int | None, str]] = []
