@@ -18,7 +18,7 @@ POINTS = points_by_test()
 FULL = sum(points for grade, points in POINTS.items() if grade != "test_train_agent")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reference_score():
     return run_notebook()
 

@@ -39,7 +39,7 @@ def _course_copy(tmp: pathlib.Path) -> pathlib.Path:
     return course
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
 def fresh_release(tmp_path_factory) -> tuple[pathlib.Path, nbformat.NotebookNode]:
     course = _course_copy(tmp_path_factory.mktemp("release"))
     _nbgrader(course, "generate_assignment", NAME, "--force")
