@@ -232,9 +232,10 @@ def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str
     shutil.copy(out / "assignment.db", run / "gradebook.db")
     nbformat.write(sub.notebook, submitted / f"{assignment}.ipynb")
     lease = sandbox.UidLease()
-    ipc_dir = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
+    ipc_dir = str(sandbox.GRADE_TMP / uuid.uuid4().hex[:12])
     log = run / "autograde.log"
     try:
+        sandbox.root_dir(ipc_dir)
         (run / "nbgrader_config.py").write_text(_worker_config(run, lease.uid, ipc_dir, limits))
         try:
             proc = _nbgrader(["autograde", assignment, "--student", sub.student, "--force"],
@@ -276,7 +277,7 @@ def _read_scores(sub, graded: Path, db: Path, assignment: str) -> StudentResult:
         if cell.cell_type == "code" and not meta.get("grade"):
             message = _cell_message(cell)  # the student's own cell: safe to quote
             if message:
-                result.notes.append(f"your cell {meta.get('grade_id') or index} failed: {message}")
+                result.notes.append(f"cell {meta.get('grade_id') or index} failed: {message}")
     with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
         notebook = gb.find_submission_notebook(assignment, assignment, sub.student)
         order = {c.name: i for i, c in enumerate(gb.find_notebook(assignment, assignment).grade_cells)}
