@@ -123,3 +123,17 @@ def test_ppo_later_epochs_move_off_policy_and_report_it(tmp_path):
     rl = [h for h in r.history if h["phase"] == "ppo"]
     assert all(h["ratio_first_epoch"] == pytest.approx(1.0, abs=1e-5) for h in rl)
     assert any(abs(h["ratio_mean"] - 1.0) > 1e-4 or h["kl_behaviour"] > 1e-6 for h in rl)
+
+
+def test_loss_under_bf16_autocast_is_close_to_float32(setup):
+    # the CUDA path wraps the same loss in torch.autocast(bfloat16); check it on the CPU
+    from agent_lab.trainer import _autocast
+
+    env, tok, model, b = setup
+    algo = make_algorithm("dr_grpo", group_size=G, max_tokens=max_action_tokens(env))
+    adv = algo.advantages(b, AlgoState())
+    ref, _ = loss_and_stats(model, b, adv, algo, TrainConfig())
+    with _autocast(torch.device("cpu"), torch.bfloat16):
+        low, _ = loss_and_stats(model, b, adv, algo, TrainConfig())
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low, ref, atol=5e-3, rtol=5e-2)

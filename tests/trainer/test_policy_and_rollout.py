@@ -156,3 +156,18 @@ def test_select_and_concat_preserve_rows():
     L = c.input_ids.shape[1]
     assert torch.equal(c.input_ids, b.input_ids[:, :L]) and torch.equal(c.old_logprobs, b.old_logprobs[:, : L - 1])
     assert c.texts == b.texts
+
+
+def test_bf16_autocast_rollout_path_runs_on_cpu_and_keeps_float32_logprobs():
+    # the CUDA run uses the same code under torch.autocast(bfloat16); exercise it on the CPU
+    env = ToySearch()
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    b = collect_rollouts(m, tok, env, env.sample_tasks(0, 6), SamplingConfig(), torch.Generator().manual_seed(0),
+                         autocast_dtype=torch.bfloat16)
+    assert b.old_logprobs.dtype == torch.float32
+    assert bool(torch.isfinite(b.old_logprobs).all()) and int(b.action_mask.sum()) > 0
+    ref = collect_rollouts(m, tok, env, env.sample_tasks(0, 6), SamplingConfig(), torch.Generator().manual_seed(0))
+    am = b.action_mask & ref.action_mask
+    if torch.equal(b.input_ids, ref.input_ids):  # same samples: bf16 log-probs close to float32 ones
+        torch.testing.assert_close(b.old_logprobs[am], ref.old_logprobs[am], atol=0.1, rtol=0)
