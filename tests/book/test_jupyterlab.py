@@ -92,27 +92,32 @@ def test_widgets_are_live_and_interactive_in_jupyterlab(lab):
         new_game = page.locator("button.jupyter-button", has_text="new game")
         # Run every cell (Shift+Enter runs one and moves on). Key presses sent before the kernel is
         # connected are lost, so retry until the first cell has an execution count.
-        for attempt in range(8):
+        for attempt in range(12):
             page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
             for _ in CELLS:
                 page.keyboard.press("Shift+Enter")
             try:
                 page.wait_for_function(
                     "() => /\\[[0-9]+\\]/.test(document.querySelector('.jp-Notebook .jp-InputPrompt').textContent)",
-                    timeout=20_000)
+                    timeout=30_000)
                 break
             except Exception:
                 continue
-        new_game.wait_for(timeout=180_000)
-        page.get_by_text("variance-optimal baseline b*").wait_for(timeout=120_000)
-        page.get_by_text("P(degenerate)").wait_for(timeout=120_000)
+        new_game.wait_for(timeout=300_000)  # generous: a loaded 2-core machine starts kernels slowly
+        page.get_by_text("variance-optimal baseline b*").wait_for(timeout=180_000)
+        page.get_by_text("P(degenerate)").wait_for(timeout=180_000)
         text = page.locator(".jp-Notebook").inner_text()
         assert "0.9375" in text                 # V* of the empty history: 15/16
         assert "0.1875" in text                 # p(1-p) at p = 0.25
         assert "0.9227" in text                 # 0.99^8 + 0.01^8
+        first_figure = page.locator(".jp-OutputArea img").first.get_attribute("src")
         page.locator("button.jupyter-button").filter(has_text="8").first.click()
-        page.get_by_text("8 -> higher").wait_for(timeout=60_000)
-        page.get_by_text("9..16 (8 numbers), 3 guesses left").wait_for(timeout=60_000)
+        page.get_by_text("8 -> higher").wait_for(timeout=120_000)
+        page.get_by_text("9..16 (8 numbers), 3 guesses left").wait_for(timeout=120_000)
+        # The Q* figure of the playground is redrawn for the new history.
+        page.wait_for_function(
+            "old => { const img = document.querySelector('.jp-OutputArea img'); return img && img.src !== old; }",
+            arg=first_figure, timeout=120_000)
         out = ROOT / "test-output" / "book"
         out.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out / "jupyterlab_widgets.png"))
