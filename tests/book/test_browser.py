@@ -87,6 +87,7 @@ def _check_page(browser, base: str, rel: str) -> tuple[list[str], object]:
     """Load one page offline; return the problems found and the open page (for a screenshot)."""
     problems: list[str] = []
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(120_000)  # a loaded 2-core machine can be slow to load and typeset a page
 
     def route(r):
         host = urlparse(r.request.url).hostname
