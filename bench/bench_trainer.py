@@ -49,13 +49,15 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
             else:
                 cfg = TrainConfig(env="number-search", seed=seed, eval_every=5, stop_at_optimum=True,
                                   time_limit_s=time_limit, **NUMBER_SEARCH[name])
+            c0 = time.process_time()
             r = train(cfg, progress=False)
+            cpu = time.process_time() - c0  # CPU seconds of this process: less inflated by a busy machine
             hit = r.reached_optimum_at
             secs.append(hit["seconds"] if hit else float("inf"))
             eps.append(hit["episodes"] if hit else float("inf"))
             finals.append(r.final_eval.success)
             print(f"  {name} seed {seed}: " + (f"optimum at step {hit['step']}, {hit['seconds']:.1f} s, "
-                                               f"{hit['episodes']} episodes" if hit else
+                                               f"{hit['episodes']} episodes; {cpu:.1f} CPU-s for the whole run" if hit else
                                                f"not reached in {r.seconds:.0f} s (greedy {r.final_eval.success:.3f})"),
                   flush=True)
         rows.append({"recipe": name, "seeds": len(secs), "median_s": statistics.median(secs),
