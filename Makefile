@@ -35,7 +35,7 @@ sysdeps:
 tour: install
 	$(BIN)/agent-lab tour
 
-book: install
+book: install sysdeps
 	@bash scripts/build_book.sh
 
 assignments: install
