@@ -349,8 +349,16 @@ def train(
     world = int(os.environ.get("WORLD_SIZE", "1"))
     cfg.validate(world)  # every check before any work
     device = pick_device(cfg.device)
+    threads_before = torch.get_num_threads()
     if device.type == "cpu" and cfg.cpu_threads > 0:
         torch.set_num_threads(cfg.cpu_threads)
+    try:
+        return _train(cfg, device, advantage_fn, loss_fn, progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progress: bool) -> TrainResult:
     if loss_fn is not None and cfg.algo == "ppo":
         raise ValueError("loss_fn replaces the REINFORCE-style surrogate; it cannot be combined with algo='ppo'")
     info = D.setup(device.type)
@@ -520,8 +528,9 @@ def train(
                             eval=f"{row.get('eval_success', float('nan')):.2f}")
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
             save(step + 1)
-        if (cfg.stop_at_optimum and reached is not None) or (
-                cfg.time_limit_s is not None and row["elapsed_s"] >= cfg.time_limit_s):
+        stop = (cfg.stop_at_optimum and reached is not None) or (
+            cfg.time_limit_s is not None and row["elapsed_s"] >= cfg.time_limit_s)
+        if D.all_mean(float(stop), info) > 0:  # every worker stops at the same step
             end = step + 1
             break
     if bar is not None:
