@@ -37,6 +37,8 @@ NUMBER_SEARCH = {
     "rest_em": dict(algo="rest_em", rest_em_epochs=2, **PURE_RL),
     "sft": dict(algo="sft", steps=300, sft_batch_size=32),
 }
+#: --full only: pure RL without the candidate mask (the policy must first discover the "guess <n>" format).
+UNMASKED = {"dr_grpo (no mask)": dict(algo="dr_grpo", **{**PURE_RL, "candidate_mask": False})}
 
 
 def number_search(names, seeds_for, time_limit: float) -> list[dict]:
@@ -99,6 +101,8 @@ def main(argv=None) -> None:
     t = time.perf_counter()
     if args.only in (None, "number-search"):
         print("1. number search (N=16, K=4; planner optimum 15/16): time to greedy optimum")
+        if args.full:
+            NUMBER_SEARCH.update(UNMASKED)
         rows = number_search(list(NUMBER_SEARCH), seeds_for, limit)
         print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
     if args.only in (None, "crafting"):
