@@ -119,7 +119,7 @@ def test_each_algorithm_runs_a_few_steps_and_writes_its_run_directory(tmp_path, 
 def test_ppo_later_epochs_move_off_policy_and_report_it(tmp_path):
     # the candidate mask gives mixed outcomes from random weights, so advantages are non-zero
     r = train(TrainConfig(**{**FAST, "algo": "ppo", "steps": 2, "ppo_epochs": 4, "lr": 1e-2, "candidate_mask": True}),
-              progress=False)
+              run_dir=str(tmp_path), progress=False)
     rl = [h for h in r.history if h["phase"] == "ppo"]
     assert all(h["ratio_first_epoch"] == pytest.approx(1.0, abs=1e-5) for h in rl)
     assert any(abs(h["ratio_mean"] - 1.0) > 1e-4 or h["kl_behaviour"] > 1e-6 for h in rl)

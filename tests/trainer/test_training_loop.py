@@ -71,8 +71,9 @@ def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_sft_on_demonstrations_reaches_the_planner_optimum_on_number_search():
-    r = train(TrainConfig(algo="sft", steps=150, eval_every=5, stop_at_optimum=True), progress=False)
+def test_sft_on_demonstrations_reaches_the_planner_optimum_on_number_search(tmp_path):
+    r = train(TrainConfig(algo="sft", steps=150, eval_every=5, stop_at_optimum=True, run_dir=str(tmp_path)),
+              progress=False)
     assert r.reached_optimum_at is not None, f"greedy success stayed at {r.final_eval.success}"
     assert r.final_eval.success == pytest.approx(15 / 16)
     assert r.final_eval.gap == pytest.approx(0.0, abs=1e-9)
