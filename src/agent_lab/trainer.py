@@ -11,8 +11,10 @@ as soon as the greedy policy reaches the planner's exact optimum 15/16)::
     result = train(fast_number_search_config())
 
 d_model 64, 2 layers, Adam lr 3e-3, 32 demonstrations per SFT step, RL batch 256 = 32 tasks x 8. Measured by
-``bench/bench_trainer.py`` on the shared 2-core machine: the optimum is reached at step 95-145
-(11-24 s, 3 seeds), during the SFT phase.
+``bench/bench_trainer.py`` on a shared, heavily loaded 2-core machine: the optimum is reached at step
+95-145 (11-34 s wall-clock over two runs of 3 seeds), during the SFT phase. Pure RL from random weights
+needs the candidate mask (``candidate_mask=True``), large groups and a small entropy bonus; see
+``PURE_RL`` in ``bench/bench_trainer.py``.
 """
 
 from __future__ import annotations
