@@ -29,7 +29,7 @@ import typing as t
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
-from traitlets import Integer
+from traitlets import Dict, Integer
 
 from . import sandbox
 from .sandbox import SandboxKernelManager
@@ -77,6 +77,14 @@ class SandboxExecute(Execute):
     max_restarts = Integer(4, config=True, help="kernel restarts allowed per notebook")
     max_output_chars = Integer(20_000, config=True, help="characters of output kept per cell")
     notebook_timeout = Integer(1500, config=True, help="wall-time budget in seconds per notebook")
+    timeout_by_grade_id = Dict(value_trait=Integer(), config=True,
+                               help="per-cell timeouts that differ from `timeout`, by grade id")
+
+    def _get_timeout(self, cell):
+        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") if cell else None
+        if gid in self.timeout_by_grade_id:
+            return self.timeout_by_grade_id[gid]
+        return super()._get_timeout(cell)
 
     def __init__(self, **kwargs: t.Any) -> None:
         kwargs["kernel_manager_class"] = SandboxKernelManager
@@ -135,7 +143,7 @@ class SandboxExecute(Execute):
         except CellTimeoutError as exc:
             reason = str(exc).splitlines()[1:2] or [""]
             cell.outputs.append(error_output(
-                "CellTimeoutError", f"this cell ran longer than {self.timeout} s or the kernel "
+                "CellTimeoutError", f"this cell ran longer than {self._get_timeout(cell)} s or the kernel "
                 f"stopped answering ({reason[0].strip()}); later cells run in a fresh kernel"))
             self._recover(index)
             return cell, resources
@@ -143,7 +151,7 @@ class SandboxExecute(Execute):
         if any(o.get("ename") == "CellTimeoutError" for o in cell.outputs):
             cell.outputs = [o for o in cell.outputs if o.get("ename") != "CellTimeoutError"]
             cell.outputs.append(error_output(
-                "CellTimeoutError", f"this cell ran longer than {self.timeout} s (interrupted); "
+                "CellTimeoutError", f"this cell ran longer than {self._get_timeout(cell)} s (interrupted); "
                 "later cells run in a fresh kernel"))
             self._recover(index)
         else:

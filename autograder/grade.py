@@ -169,7 +169,8 @@ def prepare_course(out: Path, source_root: Path, assignment: str) -> Path:
 # ---------------------------------------------------------------------------------------------
 # 3. one student, in a scratch course copy
 # ---------------------------------------------------------------------------------------------
-def _worker_config(run: Path, uid: int, ipc_dir: str, limits: Limits) -> str:
+def _worker_config(run: Path, uid: int, ipc_dir: str, limits: Limits,
+                   timeouts: dict[str, int] | None = None) -> str:
     extra = f"""
 from nbgrader.preprocessors import (IgnorePattern, LimitOutput, SaveAutoGrades,
                                     AssignLatePenalties, CheckCellMetadata)
@@ -182,6 +183,7 @@ c.Autograde.create_student = True
 c.OverwriteCells.add_missing_cells = True
 c.SandboxExecute.timeout = {limits.cell_timeout}
 c.SandboxExecute.notebook_timeout = {limits.notebook_timeout}
+c.SandboxExecute.timeout_by_grade_id = {dict(timeouts or {})!r}
 c.SandboxExecute.kernel_name = "python3"
 c.SandboxExecute.startup_timeout = 120
 c.SandboxKernelManager.sandbox_uid = {uid}
@@ -217,7 +219,8 @@ def _zero_result(student: str, status: str, release_nb, notes: list[str],
 
 
 def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str, out: Path,
-                     run_id: str, limits: Limits) -> StudentResult:
+                     run_id: str, limits: Limits,
+                     timeouts: dict[str, int] | None = None) -> StudentResult:
     """Autograde one normalised submission in its own scratch course; never raises for bad code."""
     start = time.monotonic()
     if sub.status != "ok":
@@ -236,7 +239,8 @@ def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str
     log = run / "autograde.log"
     try:
         sandbox.root_dir(ipc_dir)
-        (run / "nbgrader_config.py").write_text(_worker_config(run, lease.uid, ipc_dir, limits))
+        config = _worker_config(run, lease.uid, ipc_dir, limits, timeouts)
+        (run / "nbgrader_config.py").write_text(config)
         try:
             proc = _nbgrader(["autograde", assignment, "--student", sub.student, "--force"],
                              cwd=run, timeout=limits.notebook_timeout + 180, log=log)
@@ -369,8 +373,12 @@ def summary_table(results: list[StudentResult]) -> str:
 
 def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Path = DEFAULT_SOURCE,
               assignment: str = DEFAULT_ASSIGNMENT, jobs: int | None = None,
-              limits: Limits = Limits(), keep_runs: bool = False) -> list[StudentResult]:
-    """Grade every submission in ``submissions_dir``; return results in student order."""
+              limits: Limits = Limits(), keep_runs: bool = False,
+              timeouts: dict[str, int] | None = None) -> list[StudentResult]:
+    """Grade every submission in ``submissions_dir``; return results in student order.
+
+    ``timeouts`` maps grade ids to cell timeouts that differ from ``limits.cell_timeout``.
+    """
     sandbox.check_available()
     _ensure_venv_on_path()
     warnings.filterwarnings("ignore", module="nbformat")       # cell-id fixes on student notebooks
@@ -397,7 +405,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             futures = {pool.submit(grade_submission, sub, release_nb=release_nb,
                                    assignment=assignment, out=out, run_id=run_id,
-                                   limits=limits): sub for sub in loaded}
+                                   limits=limits, timeouts=timeouts): sub for sub in loaded}
             for future in as_completed(futures):
                 sub = futures[future]
                 try:

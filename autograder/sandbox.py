@@ -12,8 +12,8 @@ and ``prlimit`` sets the CPU-time, address-space, process-count and file-size li
 concurrent sandbox gets its own uid (a lock file per uid), so the process-count limit, which the
 kernel counts per uid, never lets one student's fork bomb starve another student's kernel.
 
-What the kernel sees: ``/usr`` (read-only), the Python installation and the virtual environment
-(read-only), the package sources ``src/`` (read-only, for ``agent_lab``), a fresh ``/proc`` and
+What the kernel sees: ``/usr`` (read-only), ``/etc/fonts`` and ``/etc/localtime`` (read-only), the
+Python installation and the virtual environment (read-only), the package sources ``src/`` (read-only, for ``agent_lab``), a fresh ``/proc`` and
 ``/dev``, and two size-limited tmpfs mounts: ``/tmp`` and its working directory ``/home/student``.
 Nothing else of the repository (no ``assignments/source``, no gradebook, no other submission)
 exists in its mount namespace.
@@ -41,6 +41,7 @@ HOME_IN_SANDBOX = "/home/student"
 UID_RANGE = range(60001, 60001 + 256)
 GRADE_TMP = Path("/tmp/agentlab-grade")      # root-owned; per-worker socket roots live here
 LOCK_DIR = GRADE_TMP / "locks"
+ETC_READABLE = ("/etc/fonts", "/etc/localtime")  # the only host configuration the kernel sees
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,10 @@ def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Lim
             cmd += ["--symlink", target, f"/{link}"]
         elif os.path.isdir(f"/{link}"):
             cmd += ["--ro-bind", f"/{link}", f"/{link}"]
+    cmd += ["--perms", "0755", "--dir", "/etc"]
+    for path in ETC_READABLE:  # fontconfig (matplotlib writes an error to stderr without it), tz
+        if os.path.exists(path):
+            cmd += ["--ro-bind", path, path]
     cmd += ["--proc", "/proc", "--dev", "/dev",
             "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp",
             "--perms", "0755", "--dir", "/home"]

@@ -5,9 +5,11 @@ One module-scoped grading run (about 20 notebooks, 2 at a time) feeds every test
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -30,22 +32,40 @@ pytestmark = [needs_sandbox, pytest.mark.slow, pytest.mark.xdist_group("autograd
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "assignments" / "source"
 NAME = malicious.NAME
-LIMITS = sandbox.Limits(cell_timeout=20, notebook_timeout=420, memory_bytes=3 << 30)
+LIMITS = sandbox.Limits(cell_timeout=20, notebook_timeout=600, memory_bytes=3 << 30)
+TIMEOUTS = {"test_train_agent": 400}  # the training cell; hangs elsewhere are cut after 20 s
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory):
-    out = tmp_path_factory.mktemp("grading")
-    subs = tmp_path_factory.mktemp("submissions")
+@pytest.fixture(scope="session")
+def batch(tmp_path_factory, worker_id):
+    """Grade the batch once per test session, even when several xdist workers need it.
+
+    The first worker to take the lock grades and pickles the outcome next to the workers' temporary
+    directories; the others wait on the lock and read it (xdist's recipe for once-per-session work).
+    """
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else \
+        tmp_path_factory.getbasetemp().parent
+    with open(shared / "autograder-batch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stored = shared / "autograder-batch.pickle"
+        if not stored.exists():
+            stored.write_bytes(pickle.dumps(_grade_batch(shared / "autograder-batch")))
+        return pickle.loads(stored.read_bytes())
+
+
+def _grade_batch(root: Path) -> dict:
+    out, subs = root / "grading", root / "submissions"
+    subs.mkdir(parents=True)
     release = grade.prepare_course(out, SOURCE, NAME)
     source_nb = nbformat.read(SOURCE / NAME / f"{NAME}.ipynb", as_version=4)
     release_nb = nbformat.read(release, as_version=4)
     host_tmp = Path("/tmp") / f"agentlab-pwned-{uuid.uuid4().hex[:8]}"
-    canary = tmp_path_factory.mktemp("instructor") / "answers.txt"
+    (root / "instructor").mkdir()
+    canary = root / "instructor" / "answers.txt"
     canary.write_text("hidden answers")
     secrets = {
         "instructor file": str(canary),
@@ -61,7 +81,7 @@ def batch(tmp_path_factory):
     cases = malicious.build(subs, source_nb, release_nb, secrets)
     protected = {p: _sha(Path(p)) for p in (secrets["instructor file"],)}
     results = grade.grade_all(subs, out=out, source_root=SOURCE, assignment=NAME, jobs=2,
-                              limits=LIMITS, keep_runs=True)
+                              limits=LIMITS, keep_runs=True, timeouts=TIMEOUTS)
     points = {gid: float(m["points"]) for gid, (_, m) in release_metadata(release_nb).items()
               if m.get("grade")}
     return {"out": out, "subs": subs, "cases": {c.student: c for c in cases},
@@ -166,5 +186,19 @@ def test_big_output_is_truncated_in_the_graded_notebook(batch):
 
 
 def test_no_sandboxed_process_outlives_the_grading(batch):
-    uids = subprocess.run(["ps", "-eo", "uid="], capture_output=True, text=True).stdout.split()
-    assert not [u for u in uids if int(u) in sandbox.UID_RANGE]
+    # A sandbox holds its uid's lease for its whole life, so a live process of a sandbox uid whose
+    # lease is free was left behind.  (Other tests may be grading meanwhile under held leases.)
+    leftovers = {}
+    for uid in sandbox.UID_RANGE:
+        pids = sandbox.processes_of(uid)
+        if not pids:
+            continue
+        fd = os.open(sandbox.LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            leftovers[uid] = pids
+        except OSError:
+            pass  # leased: a grading run in progress
+        finally:
+            os.close(fd)
+    assert not leftovers

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ PROBE = r'''
 import json, os, resource, socket, errno
 facts = {"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups(),
          "cwd": os.getcwd(), "root": sorted(os.listdir("/")), "hostname": socket.gethostname(),
+         "etc": sorted(os.listdir("/etc")) if os.path.isdir("/etc") else [],
          "interfaces": [name for _, name in socket.if_nameindex()],
          "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
          "repo": sorted(os.listdir(REPO)) if os.path.isdir(REPO) else None,
@@ -80,7 +82,7 @@ async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3") 
     return "".join(chunks)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def facts():
     lease = sandbox.UidLease()
     ipc = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
@@ -106,7 +108,8 @@ def test_kernel_runs_as_the_leased_unprivileged_uid_without_capabilities(facts):
 def test_kernel_sees_only_its_scratch_the_interpreter_and_package_sources(facts):
     assert facts["cwd"] == sandbox.HOME_IN_SANDBOX
     assert set(facts["repo"]) == {"src", ".venv"}, "no assignments/, autograder/, tests/ or gradebook"
-    assert "etc" not in facts["root"] and facts["read_etc_shadow"] == "FileNotFoundError"
+    assert set(facts["etc"]) <= {"fonts", "localtime"}, "only fontconfig and the time zone"
+    assert facts["read_etc_shadow"] == "FileNotFoundError"
     assert facts["imports"][0] == "agent_lab"
 
 
@@ -130,15 +133,18 @@ def test_resource_limits_are_applied(facts):
     assert facts["huge_alloc"] == "MemoryError"  # RLIMIT_AS
 
 
-def test_concurrent_leases_get_distinct_uids_and_a_freed_uid_is_reused():
+def test_concurrent_leases_get_distinct_uids_held_by_a_lock_until_released():
     first, second = sandbox.UidLease(), sandbox.UidLease()
     try:
         assert first.uid != second.uid
-        uid = first.uid
-        first.release()
-        third = sandbox.UidLease()
-        assert third.uid == uid
-        third.release()
+        fd = os.open(sandbox.LOCK_DIR / f"{first.uid}.lock", os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # another grader cannot take it
+            first.release()
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)       # free once released
+        finally:
+            os.close(fd)
     finally:
         second.release()
 
