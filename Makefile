@@ -48,7 +48,7 @@ grade-samples: install sysdeps assignments
 	@bash scripts/grade.sh autograder/samples
 
 test: install sysdeps book assignments
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=15
 
 coverage: install
 	$(PY) -m pytest -q tests/estimators tests/test_training_api.py --cov=agent_lab.estimators --cov=agent_lab.training --cov-report=term-missing
