@@ -53,7 +53,8 @@ def check(path: Path, release_path: Path = RELEASE, skip_training: bool = False,
     nb, problem = submissions.parse_notebook(path)
     if nb is None:
         raise SystemExit(problem)
-    for note in submissions.normalise(nb, submissions.release_metadata(release_nb)):
+    for note in submissions.normalise(nb, submissions.release_metadata(release_nb),
+                                      submissions.locked_sources(release_nb)):
         print("note:", note)
     restore_tests(nb, release_nb)
     if skip_training:

@@ -389,6 +389,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
     release_path = prepare_course(out, Path(source_root), assignment)
     release_nb = nbformat.read(release_path, as_version=4)
     release_meta = submissions.release_metadata(release_nb)
+    release_locked = submissions.locked_sources(release_nb)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     cores = len(os.sched_getaffinity(0))
     jobs = max(1, min(jobs or cores, cores, len(entries) or 1))
@@ -397,7 +398,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
         for entry in entries:
             sub = submissions.load(entry, f"{assignment}.ipynb", Path(tmp) / entry.name)
             if sub.notebook is not None:
-                sub.notes += submissions.normalise(sub.notebook, release_meta)
+                sub.notes += submissions.normalise(sub.notebook, release_meta, release_locked)
             loaded.append(sub)
         review = {s.student: submissions.suspicious_code(s.notebook) for s in loaded if s.notebook}
         results: dict[str, StudentResult] = {}

@@ -162,6 +162,13 @@ def parse_notebook(path: Path) -> tuple[nbformat.NotebookNode | None, str]:
     return nb, ""
 
 
+def locked_sources(release_nb: nbformat.NotebookNode) -> dict[str, str]:
+    """grade_id -> source of every locked cell of the release (tests, setup)."""
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in release_nb.cells
+            if c.get("metadata", {}).get("nbgrader", {}).get("locked")
+            and c.metadata["nbgrader"].get("grade_id")}
+
+
 def release_metadata(release_nb: nbformat.NotebookNode) -> dict[str, tuple[str, dict]]:
     """grade_id -> (cell_type, nbgrader metadata) for every nbgrader cell of the release."""
     out = {}
@@ -172,15 +179,16 @@ def release_metadata(release_nb: nbformat.NotebookNode) -> dict[str, tuple[str, 
     return out
 
 
-def normalise(nb: nbformat.NotebookNode, release: dict[str, tuple[str, dict]]) -> list[str]:
+def normalise(nb: nbformat.NotebookNode, release: dict[str, tuple[str, dict]],
+              locked_sources: dict[str, str] | None = None) -> list[str]:
     """Restore the release's nbgrader metadata in place; return notes for the student.
 
     A cell keeps nbgrader metadata only if its grade_id is one of the release's, seen for the first
     time, on a cell of the same type; it then gets exactly the release's metadata (points, locked,
     flags).  Every other nbgrader marking is dropped, so the cell runs as an ordinary cell.  Test
     cells that are missing are put back by nbgrader (``OverwriteCells.add_missing_cells``) and
-    edited test cells get their original code back (nbgrader's checksum check), so only the notes
-    are produced here.
+    edited locked cells get their original code back (nbgrader's checksum check), so only the notes
+    are produced here (``locked_sources``: grade_id -> the release's source of each locked cell).
     """
     notes: list[str] = []
     seen: set[str] = set()
@@ -197,6 +205,8 @@ def normalise(nb: nbformat.NotebookNode, release: dict[str, tuple[str, dict]]) -
                     {k: v for k, v in release[gid][1].items() if k not in ignored}:
                 notes.append(f"the nbgrader metadata of cell {gid!r} was changed; it was restored")
             cell.metadata["nbgrader"] = nbformat.from_dict(copy.deepcopy(release[gid][1]))
+            if locked_sources and gid in locked_sources and cell.source != locked_sources[gid]:
+                notes.append(f"the locked cell {gid!r} was edited; the grader runs the original")
         else:
             notes.append(f"a cell carried nbgrader metadata for {str(gid)[:60]!r} that does not "
                          "match the assignment; it was graded as an ordinary cell")

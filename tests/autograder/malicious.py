@@ -97,7 +97,8 @@ def build(out: Path, source_nb, release_nb, secrets: dict[str, str]) -> list[Cas
     def edit_rtg_tests(nb):
         for gid in ("test_reward_to_go_visible", "test_reward_to_go_hidden"):
             _cells(nb, gid)[0].source = "pass  # all good"
-    variant(Case("edited_tests", zero=("reward_to_go",)), {"reward_to_go": FORWARD_RTG},
+    variant(Case("edited_tests", zero=("reward_to_go",), note="was edited"),
+            {"reward_to_go": FORWARD_RTG},
             edit_rtg_tests)
 
     def reorder(nb):

@@ -97,6 +97,14 @@ def test_normalise_restores_points_and_drops_unknown_or_duplicate_grade_ids(rele
     assert any("test_cube_hidden" in n and "missing" in n for n in notes)
 
 
+def test_normalise_notes_an_edited_locked_cell(release):
+    nb = nbformat.from_dict(release)
+    nb.cells[2].source = "pass"
+    notes = submissions.normalise(nb, submissions.release_metadata(release),
+                                  submissions.locked_sources(release))
+    assert notes == ["the locked cell 'test_square_visible' was edited; the grader runs the original"]
+
+
 def test_canonical_order_puts_tests_after_their_code_and_keeps_helpers_with_their_cell(release):
     meta = submissions.release_metadata(release)
     nb = nbformat.from_dict(release)
