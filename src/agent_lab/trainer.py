@@ -227,7 +227,10 @@ def max_action_tokens(env) -> int:
 
 def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:
     """Teacher-forced logits ``[B, L-1, V]`` under the sampling transform (recorded masks, temperature),
-    so that with unchanged weights ``token_logprobs`` equals the recorded behaviour log-probs."""
+    so that with unchanged weights ``token_logprobs`` equals the recorded behaviour log-probs.
+
+    Top-p truncation is *not* re-applied (it is not differentiable in the support): with ``top_p < 1`` the
+    behaviour policy differs from the trained one, and PPO's ratio is what corrects for it."""
     logits = model(batch.input_ids, batch.attention_mask)[:, :-1].float()
     return logits.masked_fill(~batch.allowed_tokens, float("-inf")) / temperature
 
