@@ -24,8 +24,9 @@ from agent_lab.diagnostics import summary_table
 from agent_lab.trainer import TrainConfig, fast_number_search_config, train
 
 #: Pure RL from random weights: the candidate mask, large groups (16 samples of 32 tasks) and a small entropy
-#: bonus, which keeps the groups from collapsing onto a sub-optimal split before the optimum is found.
-PURE_RL = dict(steps=600, candidate_mask=True, batch_size=512, group_size=16, entropy_coef=0.01, lr=3e-3)
+#: bonus (0.03; with 0.01, 2 of 3 Dr.GRPO seeds stalled at 14/16), which keeps the groups from collapsing
+#: onto a sub-optimal split before the optimum is found.
+PURE_RL = dict(steps=600, candidate_mask=True, batch_size=512, group_size=16, entropy_coef=0.03, lr=3e-3)
 #: The recipes measured here; the first two are the book's defaults.
 NUMBER_SEARCH = {
     "sft+dr_grpo": "fast_number_search_config",
