@@ -65,16 +65,16 @@ class MetricsWriter:
 
 def plot_curves(history: Sequence[dict], path: str | Path, title: str = "") -> Path:
     """Draw the :data:`PANELS` that have data in ``history`` to a PNG at ``path``; return the path."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # A standalone Figure (no pyplot): saving curves must not switch the caller's backend, or a notebook
+    # that trains and then calls plt.show() would silently show nothing.
+    from matplotlib.figure import Figure
 
     panels = [(t, ks) for t, ks in PANELS if any(k in r and _finite(r[k]) for r in history for k in ks)]
     n = max(len(panels), 1)
     cols = 4
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
+    fig = Figure(figsize=(4 * cols, 2.6 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (t, ks) in zip(axes.flat, panels):
         for k in ks:
             pts = [(r["step"], r[k]) for r in history if k in r and _finite(r[k])]
@@ -92,7 +92,6 @@ def plot_curves(history: Sequence[dict], path: str | Path, title: str = "") -> P
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=80)
-    plt.close(fig)
     return path
 
 
