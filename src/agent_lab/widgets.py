@@ -236,14 +236,16 @@ class _Explorer:
             c.observe(lambda _change: self.update(), names="value")
 
     def _show(self, rows: Sequence[tuple[str, str]], fig: Figure | None) -> None:
-        from IPython.display import display
+        from IPython.display import Image, display
 
         self.readout.value = _readout_html(rows)
         self.figure.clear_output(wait=True)
         if fig is not None:
+            # PNG bytes, not display(fig): a Figure only renders as an image under the inline backend,
+            # and a kernel started with MPLBACKEND=Agg would show "<Figure size ...>" instead.
+            png = _figure_png(fig)
             with self.figure:
-                display(fig)
-            plt.close(fig)
+                display(Image(data=png, format="png"))
 
     def update(self) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
