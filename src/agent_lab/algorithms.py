@@ -130,11 +130,13 @@ class RLOO(Algorithm):
 
 
 class GRPO(Algorithm):
+    EPS = 1e-6  # one constant for the computation and the printed loss, so the two cannot drift apart
+
     def advantages(self, batch, state):
-        return group_standardized_advantages(batch.episode_return, self.group_size, eps=1e-6)
+        return group_standardized_advantages(batch.episode_return, self.group_size, eps=self.EPS)
 
     def describe(self):
-        return (f"GRPO: A_i = (R_i - mean_group R) / (std_group R + 1e-6), population std (group_size G = "
+        return (f"GRPO: A_i = (R_i - mean_group R) / (std_group R + {self.EPS:g}), population std (group_size G = "
                 f"{self.group_size}, contiguous rows); s_ij = sg[A_i] * log pi(x_ij) (one epoch: ratio = 1, no "
                 f"clipping needed); {self._normaliser()}; {self._MASK}")
 
