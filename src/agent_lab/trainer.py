@@ -276,7 +276,8 @@ def loss_and_stats(
     """The loss of one (mini)batch, globally normalised over workers, and its diagnostics.
 
     ``loss = -reduce_loss(aggregate(surrogate, mask, objective))``; with a student ``loss_fn`` the loss is
-    ``loss_fn(logprobs, mask, advantages, max_tokens)`` instead (then normalised locally).
+    ``loss_fn(logprobs, mask, advantages, max_tokens)`` instead: a 0-dim tensor is used as it is, a pair
+    ``(numerator, denominator)`` becomes ``reduce_loss(numerator, denominator)`` (see :func:`train`).
     """
     z = policy_logits(model, batch, batch.temperature)
     targets = batch.input_ids[:, 1:]
@@ -291,9 +292,11 @@ def loss_and_stats(
     stats["entropy"] = float((ent.detach() * am).sum() / n_tok)
     if loss_fn is not None:
         loss = loss_fn(logprobs, mask, advantages, algo.max_tokens)
-        if not (isinstance(loss, Tensor) and loss.ndim == 0):
-            raise ValueError(f"loss_fn must return a 0-dim tensor, got {type(loss).__name__} "
-                             f"{tuple(getattr(loss, 'shape', ()))}")
+        if isinstance(loss, tuple) and len(loss) == 2 and all(isinstance(x, Tensor) and x.ndim == 0 for x in loss):
+            loss = reduce_loss(*loss)  # the normaliser summed over workers
+        elif not (isinstance(loss, Tensor) and loss.ndim == 0):
+            raise ValueError(f"loss_fn must return a 0-dim tensor or a pair (numerator, denominator) of 0-dim "
+                             f"tensors, got {type(loss).__name__} {tuple(getattr(loss, 'shape', ()))}")
     else:
         s, pstats = algo.surrogate(logprobs, batch, advantages, ref_logprobs)
         if need_entropy:
@@ -343,8 +346,12 @@ def train(
     """Train a policy from scratch; see :class:`TrainConfig`. Keyword ``overrides`` replace config fields.
 
     Student hooks: ``advantage_fn(rewards [B], group_size) -> [B]`` replaces the algorithm's advantage;
-    ``loss_fn(logprobs [B, L-1], action_mask [B, L-1], advantages [B], max_tokens) -> scalar`` replaces its
-    surrogate and normalisation (locally normalised: with several workers, use the built-in objectives).
+    ``loss_fn(logprobs [B, L-1], action_mask [B, L-1], advantages [B], max_tokens)`` replaces its surrogate
+    and normalisation. It returns either the loss (a 0-dim tensor) or a pair ``(numerator, denominator)``
+    of the loss to minimise. Under DDP the gradient is averaged over workers, so a returned loss is exact
+    for a normaliser fixed per sequence (Dr.GRPO's ``B * max_tokens``: every worker holds ``B / W``
+    episodes); a normaliser that depends on the data (a token count) must come as the pair, whose
+    denominator is summed over workers (:func:`~agent_lab.estimators.aggregation.reduce_loss`).
     """
     cfg = copy.deepcopy(config) if config is not None else TrainConfig()
     for k, v in overrides.items():

@@ -30,3 +30,26 @@ def tiny_policy(tok: WordTokenizer, seed: int = 0, **kw) -> TinyTransformer:
 #: A fast TrainConfig for number search (a few steps of a tiny model).
 FAST = dict(d_model=32, n_layers=1, n_heads=2, batch_size=32, group_size=4, sft_batch_size=16, eval_every=0,
             steps=2)
+
+
+def _token_mean_pair(logprobs, action_mask, advantages, max_tokens):
+    """A student loss normalised by the token count, returned as (numerator, denominator)."""
+    m = action_mask.to(logprobs.dtype)
+    return -(logprobs * m * advantages[:, None]).sum(), m.sum()
+
+
+def _constant_scalar(logprobs, action_mask, advantages, max_tokens):
+    """A student Dr.GRPO loss returned as one number: the normaliser B * max_tokens is fixed per sequence."""
+    m = action_mask.to(logprobs.dtype)
+    return -(logprobs * m * advantages[:, None]).sum() / (len(advantages) * max_tokens)
+
+
+def _token_mean_scalar(logprobs, action_mask, advantages, max_tokens):
+    """The token mean returned as one number: normalised per worker, so DDP's average is *not* global."""
+    num, den = _token_mean_pair(logprobs, action_mask, advantages, max_tokens)
+    return num / den
+
+
+#: Student ``loss_fn`` forms checked under DDP (tests/trainer/test_distributed.py).
+STUDENT_LOSSES = {"pair_token_mean": _token_mean_pair, "scalar_constant": _constant_scalar,
+                  "scalar_token_mean": _token_mean_scalar}

@@ -1,7 +1,8 @@
 """Run under ``torchrun --nproc_per_node 2``: DDP gradient on two shards, then two DDP training steps.
 
 Every rank collects the same full batch (same seed), trains on its contiguous half through DDP with the
-trainer's loss (``estimators.reduce_loss`` all-reduces the normaliser) and writes the averaged gradient.
+trainer's loss (``estimators.reduce_loss`` all-reduces the normaliser) and with the student ``loss_fn`` forms of
+``conftest.STUDENT_LOSSES``, and writes each averaged gradient.
 Rank 0 also saves the full batch so the test can compute the single-process gradient on it.
 """
 
@@ -13,7 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import FAST, tiny_policy  # noqa: E402
+from conftest import FAST, STUDENT_LOSSES, tiny_policy  # noqa: E402
 
 from agent_lab import distributed as D  # noqa: E402
 from agent_lab.algorithms import AlgoState, make_algorithm  # noqa: E402
@@ -36,9 +37,12 @@ def main(out: Path, objective: str) -> None:
     rows = torch.arange(len(batch))[D.shard(len(batch), info)]
     shard = batch.select(rows)
     ddp = DDP(model)
-    loss, _ = loss_and_stats(ddp, shard, adv[rows], algo, TrainConfig(group_size=4))
-    loss.backward()
-    grads = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    grads = {}
+    for name, loss_fn in [("builtin", None), *STUDENT_LOSSES.items()]:
+        model.zero_grad(set_to_none=True)
+        loss, _ = loss_and_stats(ddp, shard, adv[rows], algo, TrainConfig(group_size=4), loss_fn=loss_fn)
+        loss.backward()
+        grads[name] = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
     torch.save({"grads": grads, "tokens": int(shard.action_mask.sum())}, out / f"grads_rank{info.rank}.pt")
     if info.rank == 0:
         torch.save({"batch": batch, "adv": adv}, out / "batch.pt")

@@ -1,5 +1,6 @@
 """Two CPU processes under torchrun (gloo): the DDP gradient equals the single-process gradient on the
-concatenated batch, because the loss normaliser is summed over workers (seed 004 §13, §19)."""
+concatenated batch, because the loss normaliser is summed over workers (seed 004 §13, §19); also for a
+student ``loss_fn`` that returns ``(numerator, denominator)`` or a loss with a fixed per-sequence normaliser."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_policy
+from conftest import STUDENT_LOSSES, tiny_policy
 
 from agent_lab.algorithms import make_algorithm
 from agent_lab.envs import make_env
@@ -32,14 +33,26 @@ def test_two_process_ddp_gradient_equals_single_process_gradient_on_concatenated
     tok = WordTokenizer.from_env(env)
     model = tiny_policy(tok, seed=3)
     algo = make_algorithm("grpo", group_size=4, max_tokens=max_action_tokens(env), objective=objective)
-    loss, _ = loss_and_stats(model, batch, adv, algo, TrainConfig(group_size=4))
-    loss.backward()
     r0 = torch.load(tmp_path / "grads_rank0.pt")
     r1 = torch.load(tmp_path / "grads_rank1.pt")
     assert r0["tokens"] != r1["tokens"], "the shards should hold different token counts for this test to bite"
-    for name, p in model.named_parameters():
-        torch.testing.assert_close(r0["grads"][name], p.grad, atol=1e-6, rtol=1e-5, msg=f"gradient of {name}")
-        torch.testing.assert_close(r1["grads"][name], p.grad, atol=1e-6, rtol=1e-5)
+    # built-in objective, and a student loss_fn returning (numerator, denominator) or a fixed-normaliser loss
+    for form, loss_fn in [("builtin", None), ("pair_token_mean", STUDENT_LOSSES["pair_token_mean"]),
+                          ("scalar_constant", STUDENT_LOSSES["scalar_constant"])]:
+        model.zero_grad(set_to_none=True)
+        loss, _ = loss_and_stats(model, batch, adv, algo, TrainConfig(group_size=4), loss_fn=loss_fn)
+        loss.backward()
+        for name, p in model.named_parameters():
+            for r in (r0, r1):
+                torch.testing.assert_close(r["grads"][form][name], p.grad, atol=1e-6, rtol=1e-5,
+                                           msg=f"{form}: gradient of {name}")
+    # a token mean returned as one number is normalised per worker: DDP's average of the two local means
+    # differs from the concatenated batch's gradient (the reason the pair form exists)
+    model.zero_grad(set_to_none=True)
+    loss, _ = loss_and_stats(model, batch, adv, algo, TrainConfig(group_size=4), loss_fn=STUDENT_LOSSES["pair_token_mean"])
+    loss.backward()
+    gap = max(float((r0["grads"]["scalar_token_mean"][n] - p.grad).abs().max()) for n, p in model.named_parameters())
+    assert gap > 1e-4, gap
     # locally normalised losses averaged by DDP would give a different gradient: check the test can tell
     w0 = r0["tokens"] / (r0["tokens"] + r1["tokens"])
     assert abs(w0 - 0.5) > 1e-3
