@@ -67,6 +67,7 @@ class TrainConfig:
     sft_batch_size: int = 64
     lr: float = 3e-3
     sft_lr: float | None = None  # None: same as lr
+    sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     # policy
@@ -156,6 +157,9 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive finite number, got {v!r}")
         if self.sft_lr is not None and not self.sft_lr > 0:
             raise ValueError(f"sft_lr must be positive or None, got {self.sft_lr!r}")
+        w = self.sft_observation_weight
+        if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w)):
+            raise ValueError(f"sft_observation_weight must be a finite number >= 0, got {w!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -259,6 +263,9 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
     if sft is not None:
         lines.append(f"phase 1 ({cfg.sft_steps} steps, {cfg.sft_batch_size} demonstrations/step, "
                      f"lr={cfg.sft_lr or cfg.lr}): {sft.describe()}")
+    if cfg.sft_observation_weight > 0:
+        lines.append(f"SFT auxiliary loss: + {cfg.sft_observation_weight} * mean NLL of the environment's tokens "
+                     "(prompt and observations) in the demonstrations")
     lines.append(f"phase {2 if sft else 1} ({cfg.steps} steps, batch {cfg.batch_size} = "
                  f"{cfg.batch_size // cfg.group_size} tasks x {cfg.group_size}, lr={cfg.lr}): {algo.describe()}")
     if cfg.entropy_coef > 0:
@@ -305,6 +312,14 @@ def loss_and_stats(
         loss = reduce_loss(-num, den)
         for k, v in pstats.items():
             stats[k] = float(v)
+        if algo.name == "sft" and cfg.sft_observation_weight > 0:
+            # Predicting the environment's replies (what a craft consumes, which items are base) exercises the
+            # same look-ups in the prompt that choosing an action needs, on ~10x more tokens per transcript.
+            env_tokens = batch.attention_mask[:, 1:] & ~batch.action_mask
+            o_num, o_den = aggregate(logprobs, env_tokens, "token_mean")
+            observation_nll = -reduce_loss(o_num, o_den)
+            loss = loss + cfg.sft_observation_weight * observation_nll
+            stats["observation_nll"] = float(observation_nll.detach())
     with torch.no_grad():
         lr_tok = token_log_ratios(logprobs.detach(), batch.old_logprobs, am)  # log pi/mu on action tokens
         ratio = lr_tok.exp()[am]
@@ -517,7 +532,7 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                 rollout_s=t_roll, policy_lag=0,
             )
             n_ep = cfg.batch_size
-        for k in ("success", "reward_mean", "loss"):
+        for k in ("success", "reward_mean", "loss", "observation_nll"):
             if k in row:
                 row[k] = D.all_mean(row[k], info)
         episodes += n_ep

@@ -137,3 +137,32 @@ def test_loss_under_bf16_autocast_is_close_to_float32(setup):
         low, _ = loss_and_stats(model, b, adv, algo, TrainConfig())
     assert low.dtype == torch.float32
     torch.testing.assert_close(low, ref, atol=5e-3, rtol=5e-2)
+
+
+def test_sft_observation_weight_adds_the_mean_nll_of_the_environment_tokens(setup):
+    env, tok, model, _ = setup
+    from agent_lab.rollout import demonstration_batch
+
+    demo = demonstration_batch(env, tok, env.sample_tasks(3, 6))
+    algo = make_algorithm("sft", group_size=1, max_tokens=max_action_tokens(env))
+    adv = algo.advantages(demo, AlgoState())
+    plain, _ = loss_and_stats(model, demo, adv, algo, TrainConfig())
+    mixed, stats = loss_and_stats(model, demo, adv, algo, TrainConfig(sft_observation_weight=0.5))
+    # by hand: log-softmax of the raw logits at every real, non-action position
+    with torch.no_grad():
+        lp = torch.log_softmax(model(demo.input_ids, demo.attention_mask)[:, :-1].float(), -1)
+    lp = lp.gather(-1, demo.input_ids[:, 1:, None]).squeeze(-1)
+    env_tok = demo.attention_mask[:, 1:] & ~demo.action_mask
+    assert int(env_tok.sum()) > int(demo.action_mask.sum()) > 0, "prompts and observations outnumber actions"
+    nll = float(-(lp * env_tok).sum() / env_tok.sum())
+    assert stats["observation_nll"] == pytest.approx(nll, rel=1e-5)
+    assert float(mixed.detach()) == pytest.approx(float(plain.detach()) + 0.5 * nll, rel=1e-5)
+    # RL losses are untouched by the SFT-only weight
+    rl = make_algorithm("dr_grpo", group_size=G, max_tokens=max_action_tokens(env))
+    b = setup[3]
+    a0 = rl.advantages(b, AlgoState())
+    l0, _ = loss_and_stats(model, b, a0, rl, TrainConfig())
+    l1, s1 = loss_and_stats(model, b, a0, rl, TrainConfig(sft_observation_weight=0.5))
+    assert torch.equal(l0, l1) and "observation_nll" not in s1
+    with pytest.raises(ValueError, match="sft_observation_weight"):
+        TrainConfig(sft_observation_weight=-1.0).validate()
