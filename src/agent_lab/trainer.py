@@ -314,7 +314,7 @@ def loss_and_stats(
             stats[k] = float(v)
         if algo.name == "sft" and cfg.sft_observation_weight > 0:
             # Predicting the environment's replies (what a craft consumes, which items are base) exercises the
-            # same look-ups in the prompt that choosing an action needs, on ~10x more tokens per transcript.
+            # same look-ups in the prompt that choosing an action needs, on ~5x more tokens per transcript (crafting).
             env_tokens = batch.attention_mask[:, 1:] & ~batch.action_mask
             o_num, o_den = aggregate(logprobs, env_tokens, "token_mean")
             observation_nll = -reduce_loss(o_num, o_den)

@@ -41,3 +41,17 @@ def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
     res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1"])
     assert res["identical_samples"] is True
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
+
+
+@pytest.mark.slow
+def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask(monkeypatch):
+    bench = _load("bench_trainer")
+    monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1)})
+    monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
+                                            "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
+    rows = bench.crafting("quick", eval_size=3)
+    keys = {(r["policy"], r["mask"], r["split"]) for r in rows}
+    assert keys == {(p, m, s) for p in ("cold start", "after Dr.GRPO") for m in (False, True)
+                    for s in ("test", "held_out_goals", "deeper")}
+    assert {r["group"] for r in rows if r["split"] == "deeper"} == {"level 4"}
+    assert all(r["planner"] == 1.0 and 0.0 <= r["greedy"] <= 1.0 for r in rows)
