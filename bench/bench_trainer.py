@@ -42,10 +42,10 @@ NUMBER_SEARCH = {
     "sft": dict(algo="sft", steps=300, sft_batch_size=32),
 }
 #: --full only: pure RL without the candidate mask: the policy must discover the "guess <n>" format (a random
-#: policy succeeds in 0.4% of episodes) and keep its guesses consistent by itself. Measured with one seed: with
-#: the entropy bonus 0.03 sampled success stayed below 0.06 for 600 steps; at lr 3e-3 it rose to 0.25 and then
-#: collapsed to 0 (every group all-failure, so no gradient ever again); at lr 1e-3 without the bonus it reached
-#: 15/16 at step 1330 (680,960 episodes).
+#: policy succeeds in 0.4% of episodes) and keep its guesses consistent by itself. Measured with one seed, lr 3e-3:
+#: with the entropy bonus 0.03 sampled success stayed below 0.06 for 600 steps; without it, it rose to 0.25 and
+#: then collapsed to 0 (every group all-failure, so no gradient ever again). At lr 1e-3 without the bonus it
+#: reached 15/16 at step 1330 (680,960 episodes).
 UNMASKED = {"dr_grpo (no mask)": dict(algo="dr_grpo", **{**PURE_RL, "candidate_mask": False, "entropy_coef": 0.0,
                                                           "lr": 1e-3, "steps": 2000})}
 
