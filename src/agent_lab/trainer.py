@@ -43,6 +43,7 @@ from agent_lab.estimators.statistics import degenerate_group_fraction, effective
 from agent_lab.estimators.logprobs import KL_KINDS, entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, save_checkpoint
 from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, SamplingConfig, collect_rollouts, demonstration_batch
 
 GROUP_ALGOS = ("rloo", "grpo", "dr_grpo", "ppo")
@@ -68,6 +69,7 @@ class TrainConfig:
     lr: float = 3e-3
     sft_lr: float | None = None  # None: same as lr
     sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
+    sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     # policy
@@ -160,6 +162,13 @@ class TrainConfig:
         w = self.sft_observation_weight
         if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w)):
             raise ValueError(f"sft_observation_weight must be a finite number >= 0, got {w!r}")
+        if not (isinstance(self.sft_slip_prob, (int, float)) and 0 <= self.sft_slip_prob <= 1):
+            raise ValueError(f"sft_slip_prob must lie in [0, 1], got {self.sft_slip_prob!r}")
+        if self.sft_slip_prob > 0 and w > 0:
+            raise ValueError("sft_slip_prob and sft_observation_weight cannot be combined: the auxiliary loss would "
+                             "learn to predict the slips; set one of them to 0")
+        if self.sft_slip_prob > 0 and self.env != "crafting":
+            raise ValueError(f"sft_slip_prob needs recovery demonstrations, which only crafting has; env={self.env!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -234,8 +243,9 @@ def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:
     so that with unchanged weights ``token_logprobs`` equals the recorded behaviour log-probs.
 
     Top-p truncation is *not* re-applied (it is not differentiable in the support): with ``top_p < 1`` the
-    behaviour policy differs from the trained one, and PPO's ratio is what corrects for it."""
-    logits = model(batch.input_ids, batch.attention_mask)[:, :-1].float()
+    behaviour policy differs from the trained one, and PPO's ratio is what corrects for it. The pass runs on
+    packed rows (:func:`~agent_lab.policy.packing.packed_logits`): same logits, less padding."""
+    logits = packed_logits(model, batch.input_ids, batch.attention_mask)[:, :-1].float()
     return logits.masked_fill(~batch.allowed_tokens, float("-inf")) / temperature
 
 
@@ -263,6 +273,9 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
     if sft is not None:
         lines.append(f"phase 1 ({cfg.sft_steps} steps, {cfg.sft_batch_size} demonstrations/step, "
                      f"lr={cfg.sft_lr or cfg.lr}): {sft.describe()}")
+    if cfg.sft_slip_prob > 0:
+        lines.append(f"SFT recovery demonstrations: {cfg.sft_slip_prob:.0%} of transcripts contain one off-plan action "
+                     "(not imitated), then the planner's shortest plan from there")
     if cfg.sft_observation_weight > 0:
         lines.append(f"SFT auxiliary loss: + {cfg.sft_observation_weight} * mean NLL of the environment's tokens "
                      "(prompt and observations) in the demonstrations")
@@ -472,7 +485,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         ts = time.perf_counter()
         if is_sft:
             tasks = env.sample_tasks(_task_rng(cfg, step), cfg.sft_batch_size, split="train")[D.shard(cfg.sft_batch_size, info)]
-            batch = demonstration_batch(env, tok, tasks, device)
+            batch = demonstration_batch(env, tok, tasks, device, slip_prob=cfg.sft_slip_prob,
+                                        seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)
             with _autocast(device, amp_dtype):

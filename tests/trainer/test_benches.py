@@ -43,6 +43,13 @@ def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
 
 
+def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
+    res = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1"])
+    assert res["rows_packed"] < res["rows_padded"] and 0 < res["real_token_share"] < 1
+    assert res["max_logit_gap"] < 1e-4
+    assert "packed" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask(monkeypatch):
     bench = _load("bench_trainer")

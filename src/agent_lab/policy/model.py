@@ -167,20 +167,32 @@ class TinyTransformer(nn.Module):
             raise ValueError(f"sequence position {int(positions.max())} exceeds max_len={self.cfg.max_len}; raise ModelConfig.max_len")
         return self.tok_emb(ids) + self.pos_emb(positions)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced logits ``[B, L, V]`` for right-padded ``input_ids [B, L]``.
 
         Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
-        enough for real positions; ``attention_mask`` additionally hides padding keys.
+        enough for real positions; ``attention_mask`` additionally hides padding keys. ``segment_ids
+        [B, L]`` (instead of ``attention_mask``) packs several sequences into one row: a token attends only
+        to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks padding
+        (see :mod:`agent_lab.policy.packing`).
         """
         B, L = input_ids.shape
-        pos = torch.arange(L, device=input_ids.device).expand(B, L)
-        x = self._embed(input_ids, pos)
+        idx = torch.arange(L, device=input_ids.device)
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
-        mask = causal[None, None]
-        if attention_mask is not None:
-            mask = mask & attention_mask.bool()[:, None, None, :]  # (B, 1, L, L)
-            mask = mask | torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padded query still sees itself
+        eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padded query still sees itself
+        if segment_ids is not None:
+            starts = torch.ones_like(segment_ids, dtype=torch.bool)
+            starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+            pos = idx - torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values  # index in segment
+            same = segment_ids[:, :, None] == segment_ids[:, None, :]
+            mask = ((causal & same & (segment_ids >= 0)[:, None, :]) | eye)[:, None]  # (B, 1, L, L)
+        else:
+            pos = idx.expand(B, L)
+            mask = causal[None, None]
+            if attention_mask is not None:
+                mask = (mask & attention_mask.bool()[:, None, None, :]) | eye  # (B, 1, L, L)
+        x = self._embed(input_ids, pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i)
         return self.head(self.ln_f(x))
