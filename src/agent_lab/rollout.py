@@ -464,7 +464,8 @@ def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
     return logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))
 
 
-def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None) -> RolloutBatch:
+def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None, slip_prob: float = 0.0,
+                        seed_or_rng=None) -> RolloutBatch:
     """The planner's demonstrations for ``tasks`` as a :class:`RolloutBatch` (for SFT and ReST-style losses).
 
     Transcripts have exactly the rollout layout (``<bos> obs <nl> action <nl> obs <nl> ...``); the
@@ -472,10 +473,19 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None)
     own. ``allowed_tokens`` holds the same structural masks a rollout uses (no special tokens, newline
     forced after ``max_action_words`` words), so SFT fits the distribution the rollout samples from.
     ``old_logprobs`` is 0: the demonstrator is not a policy with known token probabilities.
+    With ``slip_prob > 0`` (environments with ``recovery_demonstrations``) some transcripts contain one
+    off-plan action followed by the planner's recovery; the slip's tokens stay in the transcript but out of
+    ``action_mask``, so only the recovery is imitated.
     """
     tok = tokenizer
     device = device or torch.device("cpu")
-    demos = env.demonstrations(tasks)
+    if slip_prob > 0:
+        if not hasattr(env, "recovery_demonstrations"):
+            raise ValueError(f"slip_prob > 0 needs an environment with recovery_demonstrations; {env.name} has none")
+        demos, trained = env.recovery_demonstrations(tasks, seed_or_rng, slip_prob)
+    else:
+        demos = env.demonstrations(tasks)
+        trained = [[True] * len(d) for d in demos]
     constraint = _ActionConstraint(tok, int(env.max_action_words), torch.device("cpu"))
     env.reset(tasks)
     T = max(len(d) for d in demos)
@@ -489,14 +499,14 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None)
                 rewards[b, t], turn_mask[b, t] = float(step.rewards[b]), True
                 success[b] = bool(step.success[b])
     rows_ids, rows_act, rows_turn, rows_forced = [], [], [], []
-    for d in demos:
+    for d, keep in zip(demos, trained):
         ids, act, turn, forced = [tok.bos_id], [False], [-1], [False]
         for t, (obs, action) in enumerate(d):
             o = tok.encode(obs) + [tok.nl_id]  # the prompt, then the observation after each action
             a = tok.encode(action) + [tok.nl_id]
             ids += o + a
-            act += [False] * len(o) + [True] * len(a)
-            turn += [-1] * len(o) + [t] * len(a)
+            act += [False] * len(o) + [keep[t]] * len(a)
+            turn += [-1] * len(o) + [t if keep[t] else -1] * len(a)
             forced += [False] * len(o) + [j >= constraint.max_words for j in range(len(a))]
         rows_ids.append(ids), rows_act.append(act), rows_turn.append(turn), rows_forced.append(forced)
     L = max(len(x) for x in rows_ids)

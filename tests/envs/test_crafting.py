@@ -390,3 +390,49 @@ def test_item_names_are_unique_single_words_distinct_from_protocol_words():
     assert len(set(ITEM_NAMES)) == len(ITEM_NAMES) >= 60 + len(HELD_OUT_GOALS)
     assert not set(ITEM_NAMES) & set(_KEYWORDS)
     assert all(name.isalpha() and name.islower() for name in ITEM_NAMES)
+
+
+def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success():
+    env = make_env("crafting")
+    tasks = env.sample_tasks(3, 30)
+    demos, trained = env.recovery_demonstrations(tasks, 0, slip_prob=1.0)
+    plain = env.demonstrations(tasks)
+    slipped = 0
+    for task, demo, keep, ref in zip(tasks, demos, trained, plain):
+        assert len(keep) == len(demo) and len(demo) <= task["budget"]
+        if all(keep):  # no room to recover: the plain plan is kept
+            assert demo == ref
+            continue
+        slipped += 1
+        at = keep.index(False)
+        assert keep.count(False) == 1 and demo[:at] == ref[:at] and demo[at][1] != ref[at][1]
+        twin = make_env("crafting")
+        twin.reset([task])
+        for _, a in demo[: at + 1]:
+            twin.step([a])
+        # after the slip every action is the planner's shortest plan from the state the slip left ...
+        assert [a for _, a in demo[at + 1 :]] == shortest_plan(task, twin._states[0].inventory, env.max_get)
+        for _, a in demo[at + 1 :]:
+            twin.step([a])
+        assert bool(twin.step([""]).success[0])  # ... and the whole transcript, slip included, solves the task
+    assert slipped >= 20
+    assert env.recovery_demonstrations(tasks, 0, slip_prob=0.0) == (plain, [[True] * len(d) for d in plain])
+    with pytest.raises(ValueError, match="slip_prob must lie in"):
+        env.recovery_demonstrations(tasks, 0, slip_prob=2.0)
+
+
+def test_demonstration_batch_keeps_slips_in_the_transcript_but_out_of_the_action_mask():
+    from agent_lab.policy import WordTokenizer
+    from agent_lab.rollout import demonstration_batch
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    tasks = env.sample_tasks(4, 12)
+    demos, trained = env.recovery_demonstrations(tasks, np.random.default_rng(5), 1.0)
+    batch = demonstration_batch(env, tok, tasks, slip_prob=1.0, seed_or_rng=np.random.default_rng(5))
+    assert bool(batch.success.all())
+    for i, (demo, keep) in enumerate(zip(demos, trained)):
+        imitated = [t for (_, a), k in zip(demo, keep) if k for t in tok.encode(a) + [tok.nl_id]]
+        assert batch.input_ids[i, 1:][batch.action_mask[i]].tolist() == imitated
+        for _, a in demo:  # the slip is still in the transcript the policy reads
+            assert a in batch.texts[i].replace("<nl>", "\n")

@@ -39,6 +39,9 @@ BAD = [
     ({"top_p": 0.0}, "top_p must be in"),
     ({"resume": True}, "resume=True needs run_dir"),
     ({"algo": "ppo", "batch_size": 32, "group_size": 4, "minibatches": 3}, "minibatches=3 must divide"),
+    ({"sft_slip_prob": 1.5}, "sft_slip_prob must lie in"),
+    ({"env": "crafting", "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
+    ({"sft_slip_prob": 0.5}, "only crafting has"),
 ]
 
 

@@ -329,6 +329,58 @@ class Crafting(TextEnv):
         """Per task, the shortest plan as ``[(observation before the action, action text), ...]``."""
         return self._play_plans(tasks)[0]
 
+    def recovery_demonstrations(
+        self, tasks: Sequence[dict], seed_or_rng: Any, slip_prob: float
+    ) -> tuple[list[list[tuple[str, str]]], list[list[bool]]]:
+        """Demonstrations in which, with probability ``slip_prob`` per task, one action is a *slip* (not the
+        planner's) and the planner then finishes from the state the slip left; plus, per action, whether
+        it is the planner's (train on those only).
+
+        Plain demonstrations never show a mistake, so a cloned policy that errs has never seen how to
+        recover: greedy, it repeats the same invalid action until the budget runs out (the failure
+        observed in the crafting benchmark). A slip is drawn uniformly from the actions a reader of the
+        prompt might confuse: ``get`` a listed base item (1 to ``max_get``) or ``craft`` a listed recipe,
+        other than the planner's next action, at a uniformly drawn turn; it is kept only if the planner
+        can still finish within the budget (otherwise the task keeps its plain demonstration).
+        """
+        if not 0.0 <= float(slip_prob) <= 1.0:
+            raise ValueError(f"slip_prob must lie in [0, 1], got {slip_prob!r}")
+        rng = as_rng(seed_or_rng)
+        demos = self._play_plans(tasks)[0]
+        out, flags = [], []
+        for task, demo in zip(tasks, demos):
+            world = self._check_task(task)
+            if rng.random() >= slip_prob:
+                out.append(demo), flags.append([True] * len(demo))
+                continue
+            at = int(rng.integers(0, len(demo)))
+            bases = sorted({y for x in world["shown"] for y in world["recipes"][x]["needs"] if y not in world["recipes"]})
+            options = [f"get {b} {n}" for b in bases for n in range(1, self.max_get + 1)]
+            options += [f"craft {x}" for x in world["shown"]]
+            options = [a for a in options if a != demo[at][1]]
+            slip = options[int(rng.integers(0, len(options)))]
+            twin = Crafting(**self.options)
+            obs = twin.reset([world])[0]
+            pairs: list[tuple[str, str]] = []
+            for _, action in demo[:at]:
+                pairs.append((obs, action))
+                obs = twin.step([action]).observations[0]
+            pairs.append((obs, slip))
+            step = twin.step([slip])
+            state = twin._states[0]
+            rest = [] if step.done[0] else shortest_plan(world, state.inventory, self.max_get)
+            if step.done[0] or state.turns + len(rest) > world["budget"]:
+                out.append(demo), flags.append([True] * len(demo))  # no room to recover: keep the plain plan
+                continue
+            obs = step.observations[0]
+            for action in rest:
+                pairs.append((obs, action))
+                obs = twin.step([action]).observations[0]
+            if not twin._success[0]:
+                raise AssertionError(f"the planner failed to recover after {slip!r} in world seed {world.get('seed')}")
+            out.append(pairs), flags.append([t != at for t in range(len(pairs))])
+        return out, flags
+
     def item_depths(self, task: dict) -> dict[str, int]:
         """Depth of every item of ``task`` (0 for base items)."""
         return item_depths(self._check_task(task))
