@@ -32,13 +32,13 @@ def test_packed_logits_and_gradients_equal_the_padded_pass_on_a_crafting_batch()
     model = tiny_policy(tok)
     am = batch.attention_mask
     plain = model(batch.input_ids, am)
-    packed = packed_logits(model, batch.input_ids, am)
+    packed = packed_logits(model, batch.input_ids, am, min_saving=0.0)
     assert torch.allclose(packed[am], plain[am], atol=1e-5)
     assert not packed[~am].any()  # padding slots are zero
     # gradients of a loss over the real tokens agree too
     w = torch.randn_like(plain)
     g_plain = torch.autograd.grad((plain[am] * w[am]).sum(), list(model.parameters()))
-    g_packed = torch.autograd.grad((packed_logits(model, batch.input_ids, am)[am] * w[am]).sum(),
+    g_packed = torch.autograd.grad((packed_logits(model, batch.input_ids, am, min_saving=0.0)[am] * w[am]).sum(),
                                    list(model.parameters()))
     for a, b in zip(g_plain, g_packed):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
@@ -52,3 +52,16 @@ def test_packed_logits_refuses_left_padding():
     am = torch.tensor([[True] * 5, [False, False, True, True, True]])
     with pytest.raises(ValueError, match="right-padded"):
         packed_logits(model, ids, am)
+
+
+def test_packed_logits_falls_back_to_the_plain_pass_when_packing_saves_little():
+    env = make_env("number-search")
+    tok = WordTokenizer.from_env(env)
+    model = tiny_policy(tok)
+    ids = torch.randint(0, len(tok), (6, 12))
+    full = torch.ones(6, 12, dtype=torch.bool)  # rows of equal length: nothing to pack
+    assert torch.equal(packed_logits(model, ids, full), model(ids, full))
+    short = full.clone()
+    short[:, 6:] = False  # every row half padding: two share a row, 3 rows instead of 6
+    assert not torch.equal(packed_logits(model, ids, short, min_saving=0.0), model(ids, short))
+    assert torch.allclose(packed_logits(model, ids, short)[short], model(ids, short)[short], atol=1e-5)
