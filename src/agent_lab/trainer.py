@@ -77,6 +77,7 @@ class TrainConfig:
     n_layers: int = 2
     n_heads: int = 4
     max_len: int = 256
+    positions: str = "learned"  # "learned" embeddings or "rope" (rotary); see ModelConfig
     # sampling (the declared behaviour policy)
     temperature: float = 1.0
     top_p: float = 1.0
@@ -134,6 +135,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if self.positions not in ("learned", "rope"):
+            raise ValueError(f"positions must be 'learned' or 'rope', got {self.positions!r}")
         if self.total_steps < 1:
             raise ValueError(f"the budget is empty: steps + sft_steps must be >= 1, got {self.steps} + {self.sft_steps}")
         if self.batch_size % self.group_size:
@@ -409,7 +412,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
     env = build_env(cfg)
     tok = WordTokenizer.from_env(env)
     torch.manual_seed(cfg.seed)  # identical initial weights on every worker
-    model = TinyTransformer(ModelConfig(len(tok), cfg.d_model, cfg.n_layers, cfg.n_heads, max_len=cfg.max_len)).to(device)
+    model = TinyTransformer(ModelConfig(len(tok), cfg.d_model, cfg.n_layers, cfg.n_heads, max_len=cfg.max_len,
+                                        positions=cfg.positions)).to(device)
     max_tok = max_action_tokens(env)
     rl_algo = "sft" if cfg.algo == "sft" else cfg.algo
     epochs = cfg.ppo_epochs if rl_algo == "ppo" else cfg.rest_em_epochs if rl_algo == "rest_em" else 1

@@ -23,13 +23,14 @@ def test_pack_rows_places_every_sequence_once_within_capacity():
         pack_rows([11], 10)
 
 
-def test_packed_logits_and_gradients_equal_the_padded_pass_on_a_crafting_batch():
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_packed_logits_and_gradients_equal_the_padded_pass_on_a_crafting_batch(positions):
     env = make_env("crafting")
     tok = WordTokenizer.from_env(env)
     batch = demonstration_batch(env, tok, env.sample_tasks(np.random.default_rng(0), 12))
     lengths = batch.attention_mask.sum(1)
     assert len(pack_rows(lengths.tolist(), batch.input_ids.shape[1])) < 12  # mixed levels: packing saves rows
-    model = tiny_policy(tok)
+    model = tiny_policy(tok, positions=positions)
     am = batch.attention_mask
     plain = model(batch.input_ids, am)
     packed = packed_logits(model, batch.input_ids, am, min_saving=0.0)
@@ -65,3 +66,15 @@ def test_packed_logits_falls_back_to_the_plain_pass_when_packing_saves_little():
     short[:, 6:] = False  # every row half padding: two share a row, 3 rows instead of 6
     assert not torch.equal(packed_logits(model, ids, short, min_saving=0.0), model(ids, short))
     assert torch.allclose(packed_logits(model, ids, short)[short], model(ids, short)[short], atol=1e-5)
+
+
+def test_rotary_positions_make_attention_depend_on_offsets_only():
+    from agent_lab.policy.model import rotary, rotate
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+
+    def score(i, j):
+        return float((rotate(q, rotary(torch.tensor([[i]]), 8)) * rotate(k, rotary(torch.tensor([[j]]), 8))).sum())
+
+    assert abs(score(7, 3) - score(104, 100)) < 1e-4 and abs(score(7, 3) - score(7, 4)) > 1e-3

@@ -30,9 +30,10 @@ def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
         WordTokenizer(["two words"])
 
 
-def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute():
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions):
     tok = WordTokenizer([str(i) for i in range(20)])
-    m = tiny_policy(tok).eval()
+    m = tiny_policy(tok, positions=positions).eval()
     g = torch.Generator().manual_seed(0)
     B, L = 3, 12
     ids = torch.randint(4, len(tok), (B, L), generator=g)
@@ -171,3 +172,27 @@ def test_bf16_autocast_rollout_path_runs_on_cpu_and_keeps_float32_logprobs():
     am = b.action_mask & ref.action_mask
     if torch.equal(b.input_ids, ref.input_ids):  # same samples: bf16 log-probs close to float32 ones
         torch.testing.assert_close(b.old_logprobs[am], ref.old_logprobs[am], atol=0.1, rtol=0)
+
+
+def test_a_rotary_policy_survives_a_checkpoint_round_trip(tmp_path):
+    from agent_lab.evaluation import load_checkpoint, save_checkpoint
+
+    tok = WordTokenizer([str(i) for i in range(20)])
+    m = tiny_policy(tok, positions="rope").eval()
+    assert m.pos_emb is None
+    save_checkpoint(tmp_path / "c.pt", m, tok)
+    back, _, _ = load_checkpoint(tmp_path / "c.pt")
+    ids = torch.randint(4, len(tok), (2, 9))
+    assert back.cfg.positions == "rope" and torch.equal(back(ids), m(ids))
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_only_rotary_logits_are_invariant_to_shifting_every_position(positions):
+    tok = WordTokenizer([str(i) for i in range(20)])
+    m = tiny_policy(tok, positions=positions).eval()
+    if m.pos_emb is not None:  # make the learned table matter at this tiny scale
+        torch.nn.init.normal_(m.pos_emb.weight, 0.0, 0.5)
+    ids = torch.randint(4, len(tok), (2, 9), generator=torch.Generator().manual_seed(0))
+    valid = torch.ones(2, 9, dtype=torch.bool)
+    a, b = (m.step(ids, valid, m.new_cache(2), torch.arange(9).expand(2, 9) + s) for s in (0, 50))
+    assert torch.allclose(a, b, atol=1e-5) == (positions == "rope")  # attention sees offsets, not absolute positions

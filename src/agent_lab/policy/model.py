@@ -1,6 +1,6 @@
 """A decoder-only transformer with a key/value cache (book chapter "The policy as a language model").
 
-Read it top to bottom: config, the cache, attention, MLP, block, model. Shapes are in comments:
+Read it top to bottom: config, the cache, rotary positions (optional), attention, MLP, block, model. Shapes are in comments:
 ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
 
 The cache stores one key/value per *slot*. During a batched multi-turn rollout every row advances by the
@@ -29,8 +29,9 @@ class ModelConfig:
     n_layers: int = 2
     n_heads: int = 4
     d_ff: int | None = None  # MLP width; None -> 4 * d_model
-    max_len: int = 512  # longest transcript (learned position embeddings)
+    max_len: int = 512  # longest transcript
     dropout: float = 0.0
+    positions: str = "learned"  # "learned" position embeddings (GPT-2) or "rope" (rotary: attention sees offsets)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -41,6 +42,10 @@ class ModelConfig:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.positions not in ("learned", "rope"):
+            raise ValueError(f"positions must be 'learned' or 'rope', got {self.positions!r}")
+        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = {self.d_model // self.n_heads}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -75,6 +80,21 @@ class KVCache:
         self.valid = F.pad(self.valid, (0, pad), value=False)
 
 
+def rotary(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin ``[B, 1, k, D/2]`` of the rotary angles ``p * 10000^(-2i/D)`` (Su et al. 2021, RoFormer)."""
+    half = head_dim // 2
+    inv_freq = 10000.0 ** (-torch.arange(half, dtype=torch.float32, device=positions.device) / half)
+    angles = positions[:, None, :, None].float() * inv_freq  # (B, 1, k, D/2)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i+D/2}) of ``x [B, H, k, D]`` by the angles of ``rot``: q.k then depends on offsets only."""
+    cos, sin = (t.to(x.dtype) for t in rot)
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -84,11 +104,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int, rot=None) -> torch.Tensor:
         B, k, C = x.shape
         q, kk, v = self.qkv(x).split(C, dim=2)
         # (B, k, C) -> (B, H, k, D)
         q, kk, v = (t.view(B, k, self.n_heads, self.head_dim).transpose(1, 2) for t in (q, kk, v))
+        if rot is not None:  # rotary positions: keys are cached already rotated by their own position
+            q, kk = rotate(q, rot), rotate(kk, rot)
         if cache is not None:
             s = cache.length
             cache.k[layer][:, :, s : s + k] = kk.to(cache.k[layer].dtype)
@@ -123,8 +145,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, mask, cache, layer):
-        x = x + self.attn(self.ln1(x), mask, cache, layer)
+    def forward(self, x, mask, cache, layer, rot=None):
+        x = x + self.attn(self.ln1(x), mask, cache, layer, rot)
         return x + self.mlp(self.ln2(x))
 
 
@@ -140,7 +162,7 @@ class TinyTransformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.positions == "learned" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -165,7 +187,11 @@ class TinyTransformer(nn.Module):
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"sequence position {int(positions.max())} exceeds max_len={self.cfg.max_len}; raise ModelConfig.max_len")
-        return self.tok_emb(ids) + self.pos_emb(positions)
+        x = self.tok_emb(ids)
+        return x + self.pos_emb(positions) if self.pos_emb is not None else x
+
+    def _rotary(self, positions: torch.Tensor):
+        return rotary(positions, self.cfg.d_model // self.cfg.n_heads) if self.cfg.positions == "rope" else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 segment_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -192,9 +218,9 @@ class TinyTransformer(nn.Module):
             mask = causal[None, None]
             if attention_mask is not None:
                 mask = (mask & attention_mask.bool()[:, None, None, :]) | eye  # (B, 1, L, L)
-        x = self._embed(input_ids, pos)
+        x, rot = self._embed(input_ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
-            x = blk(x, mask, None, i)
+            x = blk(x, mask, None, i, rot)
         return self.head(self.ln_f(x))
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
@@ -218,8 +244,9 @@ class TinyTransformer(nn.Module):
         own = torch.zeros(k, s + k, dtype=torch.bool, device=ids.device)
         own[torch.arange(k), s + torch.arange(k)] = True
         mask = mask | own[None, None]
-        x = self._embed(ids, torch.where(valid, positions, torch.zeros_like(positions)))
+        pos = torch.where(valid, positions, torch.zeros_like(positions))
+        x, rot = self._embed(ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
-            x = blk(x, mask, cache, i)
+            x = blk(x, mask, cache, i, rot)
         cache.length = s + k
         return self.head(self.ln_f(x))
