@@ -43,6 +43,7 @@ from agent_lab.estimators.statistics import degenerate_group_fraction, effective
 from agent_lab.estimators.logprobs import KL_KINDS, entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, save_checkpoint
 from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.policy.model import POSITIONS
 from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, SamplingConfig, collect_rollouts, demonstration_batch
 
@@ -135,8 +136,8 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.positions not in ("learned", "rope"):
-            raise ValueError(f"positions must be 'learned' or 'rope', got {self.positions!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
         if self.total_steps < 1:
             raise ValueError(f"the budget is empty: steps + sft_steps must be >= 1, got {self.steps} + {self.sft_steps}")
         if self.batch_size % self.group_size:

@@ -42,7 +42,7 @@ BAD = [
     ({"sft_slip_prob": 1.5}, "sft_slip_prob must lie in"),
     ({"env": "crafting", "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
     ({"sft_slip_prob": 0.5}, "only crafting has"),
-    ({"positions": "alibi"}, "positions must be 'learned' or 'rope'"),
+    ({"positions": "alibi"}, "positions must be one of"),
 ]
 
 

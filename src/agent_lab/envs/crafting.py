@@ -360,18 +360,16 @@ class Crafting(TextEnv):
             options = [a for a in options if a != demo[at][1]]
             slip = options[int(rng.integers(0, len(options)))]
             twin = Crafting(**self.options)
-            obs = twin.reset([world])[0]
-            pairs: list[tuple[str, str]] = []
-            for _, action in demo[:at]:
-                pairs.append((obs, action))
-                obs = twin.step([action]).observations[0]
-            pairs.append((obs, slip))
+            twin.reset([world])
+            for _, action in demo[:at]:  # the plan's prefix (its observations are already in ``demo``)
+                twin.step([action])
             step = twin.step([slip])
             state = twin._states[0]
-            rest = [] if step.done[0] else shortest_plan(world, state.inventory, self.max_get)
+            rest = shortest_plan(world, state.inventory, self.max_get)
             if step.done[0] or state.turns + len(rest) > world["budget"]:
                 out.append(demo), flags.append([True] * len(demo))  # no room to recover: keep the plain plan
                 continue
+            pairs = [*demo[:at], (demo[at][0], slip)]
             obs = step.observations[0]
             for action in rest:
                 pairs.append((obs, action))

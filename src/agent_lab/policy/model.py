@@ -20,6 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 
+#: How the policy sees token positions: learned embeddings (GPT-2) or rotary (RoFormer).
+POSITIONS = ("learned", "rope")
+
+
 @dataclass
 class ModelConfig:
     """Sizes of the policy. The default (d_model 64, 2 layers, 4 heads, ~0.1M parameters) trains on 2 CPU cores."""
@@ -42,8 +46,8 @@ class ModelConfig:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.positions not in ("learned", "rope"):
-            raise ValueError(f"positions must be 'learned' or 'rope', got {self.positions!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = {self.d_model // self.n_heads}")
 
