@@ -21,7 +21,10 @@ from agent_lab.envs.crafting_world import (
     check_world,
     generate_world,
     goal_tree,
+    apply_action,
     item_depths,
+    on_demand_action,
+    on_demand_plan,
     optimal_steps,
     shortest_plan,
 )
@@ -58,6 +61,7 @@ def test_planner_minimum_equals_breadth_first_search_on_small_worlds(ints, n_bas
     assert bfs_min_steps(world, max_get=max_get, max_steps=steps) == steps
     assert bfs_min_steps(world, max_get=max_get, max_steps=steps - 1) is None
     assert len(shortest_plan(world, max_get=max_get)) == steps
+    assert len(on_demand_plan(world, max_get=max_get)) == steps
 
 
 @settings(max_examples=30, deadline=None)
@@ -70,6 +74,27 @@ def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held
         return
     assert bfs_min_steps(world, max_get=2, max_steps=steps, inventory=inventory) == steps
     assert steps == 0 or bfs_min_steps(world, max_get=2, max_steps=steps - 1, inventory=inventory) is None
+    if steps:  # the on-demand planner is as short from any inventory
+        assert len(on_demand_plan(world, inventory, max_get=2)) == steps
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_on_demand_plans_are_shortest_solve_their_worlds_and_depend_only_on_the_inventory(level):
+    env = make_env("crafting", plan="on_demand")  # level 4 is its deeper split
+    tasks = [generate_world(seed, level) for seed in range(60)]
+    assert env.optimal_success(tasks) == 1.0  # executed by the environment, not by apply_action
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        actions = [a for _, a in demo]
+        assert len(actions) == optimal_steps(task) and actions == on_demand_plan(task)
+        inventory = {}
+        for action in actions:  # each action is a function of the recipes and the current inventory
+            assert action == on_demand_action(task, inventory)
+            inventory = apply_action(task, inventory, action)
+        # gets fetch full stacks: no count is a tree total
+        assert all(a.split()[2] == "8" for a in actions if a.startswith("get"))
+    assert any(on_demand_plan(t) != shortest_plan(t) for t in tasks)
+    with pytest.raises(ValueError, match="cannot run"):
+        apply_action(tasks[0], {}, f"craft {tasks[0]['goal']}")
 
 
 @pytest.mark.parametrize("level", [1, 2])
@@ -328,6 +353,8 @@ def test_bad_worlds_and_options_raise_clear_errors():
     assert item_depths(custom)[custom["goal"]] == 2 and custom["budget"] == optimal_steps(custom) + 1
     with pytest.raises(ValueError, match="train_levels"):
         make_env("crafting", train_levels=[0])
+    with pytest.raises(ValueError, match="plan"):
+        make_env("crafting", plan="fastest")
     with pytest.raises(ValueError, match="deeper_level"):
         make_env("crafting", train_levels=[2, 3], deeper_level=3)
     top = make_env("crafting", train_levels=[3, 4])
@@ -392,8 +419,9 @@ def test_item_names_are_unique_single_words_distinct_from_protocol_words():
     assert all(name.isalpha() and name.islower() for name in ITEM_NAMES)
 
 
-def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success():
-    env = make_env("crafting")
+@pytest.mark.parametrize("plan", ["fetch_first", "on_demand"])
+def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success(plan):
+    env = make_env("crafting", plan=plan)
     tasks = env.sample_tasks(3, 30)
     demos, trained = env.recovery_demonstrations(tasks, 0, slip_prob=1.0)
     plain = env.demonstrations(tasks)
@@ -411,7 +439,8 @@ def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success():
         for _, a in demo[: at + 1]:
             twin.step([a])
         # after the slip every action is the planner's shortest plan from the state the slip left ...
-        assert [a for _, a in demo[at + 1 :]] == shortest_plan(task, twin._states[0].inventory, env.max_get)
+        planner = {"fetch_first": shortest_plan, "on_demand": on_demand_plan}[plan]
+        assert [a for _, a in demo[at + 1 :]] == planner(task, twin._states[0].inventory, env.max_get)
         for _, a in demo[at + 1 :]:
             twin.step([a])
         assert bool(twin.step([""]).success[0])  # ... and the whole transcript, slip included, solves the task

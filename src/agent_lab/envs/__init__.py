@@ -20,6 +20,7 @@ from agent_lab.envs.crafting_world import (
     bfs_min_steps,
     check_world,
     generate_world,
+    on_demand_plan,
     optimal_steps,
     shortest_plan,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "check_world",
     "optimal_steps",
     "shortest_plan",
+    "on_demand_plan",
     "bfs_min_steps",
 ]
 

@@ -23,6 +23,12 @@ craftable item, crafting a base item or without the ingredients -- is invalid an
 declared rule ``invalid_action`` (``"spend_turn"``: answer ``invalid``, use the step; ``"end_episode"``:
 answer ``invalid``, reward 0). Running out of steps ends the episode with reward 0.
 
+Demonstrations (``plan``) follow one of two shortest plans: ``"fetch_first"`` fetches every base item
+in exactly the units the whole tree needs, then crafts children before parents; ``"on_demand"`` asks
+at every step what the goal's recipe is short of and descends until it can ``get`` a full stack or
+``craft`` (:func:`~agent_lab.envs.crafting_world.on_demand_action`), a function of the recipes and the
+current inventory alone, with no counts to multiply out.
+
 Optional shaping (``shaping``), always potential-based, ``F = gamma * Phi(s') - Phi(s)`` with
 ``gamma = shaping_gamma`` (set it to the trainer's discount) and ``Phi = 0`` at terminal states -- the
 convention of :func:`agent_lab.estimators.potential_based_shaping` -- so a whole episode's shaping
@@ -58,12 +64,15 @@ from agent_lab.envs.crafting_world import (
     item_depths,
     optimal_steps,
     plan_length,
+    on_demand_plan,
     shortest_plan,
 )
 
-__all__ = ["Crafting", "SHAPINGS"]
+__all__ = ["Crafting", "SHAPINGS", "PLANS"]
 
 SHAPINGS = ("none", "first_craft", "distance")
+# The demonstrator's plan: both are shortest; see shortest_plan and on_demand_plan.
+PLANS = {"fetch_first": shortest_plan, "on_demand": on_demand_plan}
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
@@ -100,6 +109,7 @@ class Crafting(TextEnv):
         eval_size: int = 60,
         invalid_action: str = "spend_turn",
         turn_limit: int | None = None,
+        plan: str = "fetch_first",
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -111,6 +121,7 @@ class Crafting(TextEnv):
         max_get = check_int("max_get", max_get, 1, MAX_STACK)
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
+        check_choice("plan", plan, tuple(PLANS))
         shaping_gamma = float(shaping_gamma)
         if not 0.0 < shaping_gamma <= 1.0:
             raise ValueError(f"shaping_gamma must lie in (0, 1], got {shaping_gamma}")
@@ -125,10 +136,11 @@ class Crafting(TextEnv):
             shaping_gamma=shaping_gamma,
             mask_actions=mask_actions,
             eval_size=check_int("eval_size", eval_size, 1),
+            plan=plan,
         )
         self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
         self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
-        self.mask_actions, self.eval_size = mask_actions, eval_size
+        self.mask_actions, self.eval_size, self.plan = mask_actions, eval_size, plan
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
@@ -309,7 +321,7 @@ class Crafting(TextEnv):
             raise ValueError("tasks must be a non-empty list of crafting worlds")
         twin = Crafting(**self.options)
         prompts = twin.reset(list(tasks))
-        plans = [shortest_plan(s.world, max_get=self.max_get) for s in twin._states]
+        plans = [self.planner_plan(s.world) for s in twin._states]
         demos: list[list[tuple[str, str]]] = [[] for _ in plans]
         last = list(prompts)
         for turn in range(max(len(p) for p in plans)):
@@ -319,6 +331,10 @@ class Crafting(TextEnv):
                     demos[i].append((last[i], p[turn]))
             last = twin.step(texts).observations
         return demos, [bool(s) for s in twin._success]
+
+    def planner_plan(self, world: dict, inventory: dict[str, int] | None = None) -> list[str]:
+        """A shortest plan from ``inventory`` in the style chosen by ``plan`` (the demonstrations' actions)."""
+        return PLANS[self.plan](world, inventory, self.max_get)
 
     def optimal_success(self, tasks: Sequence[dict]) -> float:
         """The planner's success rate over ``tasks``, measured by executing its plans (1.0 on valid worlds)."""
@@ -365,7 +381,7 @@ class Crafting(TextEnv):
                 twin.step([action])
             step = twin.step([slip])
             state = twin._states[0]
-            rest = shortest_plan(world, state.inventory, self.max_get)
+            rest = self.planner_plan(world, state.inventory)
             if step.done[0] or state.turns + len(rest) > world["budget"]:
                 out.append(demo), flags.append([True] * len(demo))  # no room to recover: keep the plain plan
                 continue

@@ -46,6 +46,9 @@ __all__ = [
     "optimal_steps",
     "plan_length",
     "shortest_plan",
+    "on_demand_action",
+    "on_demand_plan",
+    "apply_action",
     "bfs_min_steps",
     "goal_tree",
 ]
@@ -238,6 +241,55 @@ def shortest_plan(world: Mapping, inventory: Mapping[str, int] | None = None, ma
             left -= max_get
     for item in sorted(crafts, key=lambda x: (depths[x], x)):
         plan += [f"craft {item}"] * crafts[item]
+    return plan
+
+
+def on_demand_action(world: Mapping, inventory: Mapping[str, int], max_get: int = 8) -> str:
+    """The on-demand planner's next action: a function of the recipes and the current inventory alone.
+
+    Walk down from the goal: take the recipe's first ingredient (in the order the prompt lists it) that
+    the inventory is short of; if it is a base item, ``get`` a full ``max_get``, otherwise descend into
+    its recipe; when nothing is short, ``craft`` the item reached. Every craft of ``x`` answers a
+    shortage of ``x`` for a craft that is itself needed, and leftovers are used before crafting again,
+    so ``x`` is crafted ``ceil((D(x) - I(x)) / y(x))`` times; a full-stack ``get`` happens only while
+    short, so ``b`` is fetched in ``ceil((D(b) - I(b)) / G)`` gets. The plan is therefore as short as
+    :func:`shortest_plan`'s, with no arithmetic beyond comparing two small counts: an easier target
+    for a small model to imitate than fetch-everything-first, whose ``get`` counts are tree totals.
+    """
+    recipes = world["recipes"]
+    item = world["goal"]
+    while True:
+        short = next((y for y, n in recipes[item]["needs"].items() if inventory.get(y, 0) < n), None)
+        if short is None:
+            return f"craft {item}"
+        if short not in recipes:
+            return f"get {short} {max(1, min(max_get, MAX_STACK - inventory.get(short, 0)))}"
+        item = short
+
+
+def apply_action(world: Mapping, inventory: Mapping[str, int], action: str) -> dict[str, int]:
+    """The inventory after a valid ``get <item> <n>`` or ``craft <item>`` (``ValueError`` if it cannot run)."""
+    words, inv = action.split(), dict(inventory)
+    if len(words) == 3 and words[0] == "get" and words[1] not in world["recipes"]:
+        inv[words[1]] = inv.get(words[1], 0) + int(words[2])
+        return inv
+    recipe = world["recipes"].get(words[-1]) if words[0] == "craft" else None
+    if recipe is None or any(inv.get(y, 0) < n for y, n in recipe["needs"].items()):
+        raise ValueError(f"action {action!r} cannot run with inventory {dict(inventory)}")
+    for y, n in recipe["needs"].items():
+        inv[y] -= n
+        if not inv[y]:
+            del inv[y]
+    inv[words[1]] = inv.get(words[1], 0) + recipe["yield"]
+    return inv
+
+
+def on_demand_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
+    """A shortest plan made of :func:`on_demand_action` steps, ending with the goal's craft."""
+    inv, plan = dict(inventory or {}), []
+    while not plan or plan[-1] != f"craft {world['goal']}":
+        plan.append(on_demand_action(world, inv, max_get))
+        inv = apply_action(world, inv, plan[-1])
     return plan
 
 
