@@ -89,7 +89,7 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, sft_batch_size=32,
                 sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True, eval_every=0,
                 cpu_threads=0,  # all cores: at d_model 128 two threads halve the step time (0.70 -> 0.35 s per SFT step)
-                positions="rope")  # level-1 test after 5000 SFT steps 0.98 (learned: 0.76); after 1500, 0.64 (0.74)
+                positions="rope")  # level-1 test after 5000 SFT steps 0.98 (learned: 0.76); after 1500, 0.60 (0.74)
 #: (SFT steps, Dr.GRPO steps) of each mode: a fixed budget in steps, so runs compare across machines.
 CRAFTING_BUDGET = {"quick": (1500, 100), "full": (5000, 300)}
 
