@@ -12,16 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent_lab.envs import make_env, replay
+from agent_lab.envs.crafting import PLANS
 from agent_lab.envs.crafting_world import (
     HELD_OUT_GOALS,
     ITEM_NAMES,
     LEVELS,
     Level,
+    apply_action,
     bfs_min_steps,
     check_world,
     generate_world,
     goal_tree,
-    apply_action,
     item_depths,
     on_demand_action,
     on_demand_plan,
@@ -82,7 +83,7 @@ def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held
 def test_on_demand_plans_are_shortest_solve_their_worlds_and_depend_only_on_the_inventory(level):
     env = make_env("crafting", plan="on_demand")  # level 4 is its deeper split
     tasks = [generate_world(seed, level) for seed in range(60)]
-    assert env.optimal_success(tasks) == 1.0  # executed by the environment, not by apply_action
+    assert env.optimal_success(tasks) == 1.0  # executed by the environment, which checks every action itself
     for task, demo in zip(tasks, env.demonstrations(tasks)):
         actions = [a for _, a in demo]
         assert len(actions) == optimal_steps(task) and actions == on_demand_plan(task)
@@ -439,8 +440,7 @@ def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success(pl
         for _, a in demo[: at + 1]:
             twin.step([a])
         # after the slip every action is the planner's shortest plan from the state the slip left ...
-        planner = {"fetch_first": shortest_plan, "on_demand": on_demand_plan}[plan]
-        assert [a for _, a in demo[at + 1 :]] == planner(task, twin._states[0].inventory, env.max_get)
+        assert [a for _, a in demo[at + 1 :]] == PLANS[plan](task, twin._states[0].inventory, env.max_get)
         for _, a in demo[at + 1 :]:
             twin.step([a])
         assert bool(twin.step([""]).success[0])  # ... and the whole transcript, slip included, solves the task

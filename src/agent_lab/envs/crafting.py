@@ -57,14 +57,15 @@ from agent_lab.envs.crafting_world import (
     ITEM_NAMES,
     LEVELS,
     MAX_STACK,
+    apply_action,
     goal_tree,
     check_world,
     craft_counts,
     generate_world,
     item_depths,
+    on_demand_plan,
     optimal_steps,
     plan_length,
-    on_demand_plan,
     shortest_plan,
 )
 
@@ -245,19 +246,10 @@ class Crafting(TextEnv):
 
     def _execute(self, state: _Episode, action: list) -> tuple[str, float, bool]:
         state.turns += 1
-        inv = state.inventory
+        state.inventory = apply_action(state.world, state.inventory, " ".join(map(str, action)))
         if action[0] == "get":
-            inv[action[1]] = inv.get(action[1], 0) + action[2]
             return self._observation("ok", state), 0.0, False
         item = action[1]
-        recipe = state.world["recipes"][item]
-        for y, n in recipe["needs"].items():
-            left = inv[y] - n
-            if left:
-                inv[y] = left
-            else:
-                del inv[y]
-        inv[item] = inv.get(item, 0) + recipe["yield"]
         state.crafted.add(item)
         if item == state.world["goal"]:
             state.solved = True
