@@ -62,6 +62,7 @@ def test_planner_minimum_equals_breadth_first_search_on_small_worlds(ints, n_bas
     assert bfs_min_steps(world, max_get=max_get, max_steps=steps) == steps
     assert bfs_min_steps(world, max_get=max_get, max_steps=steps - 1) is None
     assert len(shortest_plan(world, max_get=max_get)) == steps
+    assert len(shortest_plan(world, max_get=max_get, full_stacks=True)) == steps
     assert len(on_demand_plan(world, max_get=max_get)) == steps
 
 
@@ -75,8 +76,9 @@ def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held
         return
     assert bfs_min_steps(world, max_get=2, max_steps=steps, inventory=inventory) == steps
     assert steps == 0 or bfs_min_steps(world, max_get=2, max_steps=steps - 1, inventory=inventory) is None
-    if steps:  # the on-demand planner is as short from any inventory
+    if steps:  # the other planners are as short from any inventory
         assert len(on_demand_plan(world, inventory, max_get=2)) == steps
+        assert len(shortest_plan(world, inventory, max_get=2, full_stacks=True)) == steps
 
 
 @pytest.mark.parametrize("level", [1, 2, 3, 4])
@@ -412,6 +414,28 @@ def test_random_play_logs_replay_exactly():
         assert json.loads(json.dumps(replay(log))) == log
 
 
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_full_stack_plans_are_fetch_first_plans_with_every_get_a_full_stack(level):
+    env = make_env("crafting", plan="fetch_full")
+    tasks = [generate_world(seed, level) for seed in range(60)]
+    assert env.optimal_success(tasks) == 1.0  # executed by the environment, which checks every action itself
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        full, exact = [a for _, a in demo], shortest_plan(task)
+        assert len(full) == len(exact) == optimal_steps(task)
+        for a, b in zip(full, exact):  # same actions in the same order; only get counts differ
+            assert a.split()[:2] == b.split()[:2]
+            assert a == b or (a.startswith("get") and a.split()[2] == "8" > b.split()[2])
+    assert any(shortest_plan(t, full_stacks=True) != shortest_plan(t) for t in tasks)
+
+
+def test_full_stacks_stop_at_the_stack_limit():
+    world = {"goal": "axe", "base": ["anvil"], "recipes": {"axe": {"yield": 1, "needs": {"anvil": 99}}},
+             "shown": ["axe"], "budget": 99}
+    assert shortest_plan(world, {"anvil": 95}, full_stacks=True) == ["get anvil 4", "craft axe"]
+    assert shortest_plan(world, {"anvil": 85}, full_stacks=True) == ["get anvil 8", "get anvil 6", "craft axe"]
+    assert shortest_plan(world, {"anvil": 85}) == ["get anvil 8", "get anvil 6", "craft axe"]
+
+
 def test_item_names_are_unique_single_words_distinct_from_protocol_words():
     from agent_lab.envs.crafting import _KEYWORDS
 
@@ -420,7 +444,7 @@ def test_item_names_are_unique_single_words_distinct_from_protocol_words():
     assert all(name.isalpha() and name.islower() for name in ITEM_NAMES)
 
 
-@pytest.mark.parametrize("plan", ["fetch_first", "on_demand"])
+@pytest.mark.parametrize("plan", sorted(PLANS))
 def test_recovery_demonstrations_slip_once_then_follow_the_planner_to_success(plan):
     env = make_env("crafting", plan=plan)
     tasks = env.sample_tasks(3, 30)

@@ -23,8 +23,9 @@ craftable item, crafting a base item or without the ingredients -- is invalid an
 declared rule ``invalid_action`` (``"spend_turn"``: answer ``invalid``, use the step; ``"end_episode"``:
 answer ``invalid``, reward 0). Running out of steps ends the episode with reward 0.
 
-Demonstrations (``plan``) follow one of two shortest plans: ``"fetch_first"`` fetches every base item
-in exactly the units the whole tree needs, then crafts children before parents; ``"on_demand"`` asks
+Demonstrations (``plan``) follow one of three shortest plans: ``"fetch_first"`` fetches every base item
+in exactly the units the whole tree needs, then crafts children before parents; ``"fetch_full"`` is the
+same plan with every ``get`` a full ``max_get`` stack, so no count is a tree total; ``"on_demand"`` asks
 at every step what the goal's recipe is short of and descends until it can ``get`` a full stack or
 ``craft`` (:func:`~agent_lab.envs.crafting_world.on_demand_action`), a function of the recipes and the
 current inventory alone, with no counts to multiply out.
@@ -49,6 +50,7 @@ worlds one level deeper than trained. Book chapter: "Trajectories couple a polic
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +74,8 @@ from agent_lab.envs.crafting_world import (
 __all__ = ["Crafting", "SHAPINGS", "PLANS"]
 
 SHAPINGS = ("none", "first_craft", "distance")
-# The demonstrator's plan: both are shortest; see shortest_plan and on_demand_plan.
-PLANS = {"fetch_first": shortest_plan, "on_demand": on_demand_plan}
+# The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
+PLANS = {"fetch_first": shortest_plan, "fetch_full": partial(shortest_plan, full_stacks=True), "on_demand": on_demand_plan}
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]

@@ -229,16 +229,25 @@ def optimal_steps(world: Mapping, inventory: Mapping[str, int] | None = None, ma
     return plan_length(crafts, fetch, max_get)
 
 
-def shortest_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
-    """A shortest plan as action texts: every ``get`` first, then crafts children before parents."""
+def shortest_plan(
+    world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8, full_stacks: bool = False
+) -> list[str]:
+    """A shortest plan as action texts: every ``get`` first, then crafts children before parents.
+
+    Base item ``b`` is fetched in ``ceil(f(b) / G)`` gets either way. By default they fetch exactly
+    ``f(b)`` units, a tree total the policy must multiply out; with ``full_stacks`` every ``get`` asks
+    for a full ``G`` (less only where the stack would pass :data:`MAX_STACK`), so the count is a constant
+    and the surplus is harmless (nothing in the task penalises leftovers).
+    """
     depths = item_depths(world, [world["goal"]])
     crafts, fetch = craft_counts(world, inventory or {}, depths)
     plan = []
     for item in sorted(fetch):
-        left = fetch[item]
+        left, held = fetch[item], int((inventory or {}).get(item, 0))
         while left > 0:
-            plan.append(f"get {item} {min(left, max_get)}")
-            left -= max_get
+            n = min(max_get, MAX_STACK - held) if full_stacks else min(left, max_get)
+            plan.append(f"get {item} {n}")
+            left, held = left - max_get, held + n
     for item in sorted(crafts, key=lambda x: (depths[x], x)):
         plan += [f"craft {item}"] * crafts[item]
     return plan
