@@ -71,6 +71,7 @@ class TrainConfig:
     sft_lr: float | None = None  # None: same as lr
     sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
     sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
+    sft_slip_from: int = 0  # recovery demonstrations only from this SFT step on (a late phase); 0: from the start
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     # policy
@@ -173,6 +174,12 @@ class TrainConfig:
                              "learn to predict the slips; set one of them to 0")
         if self.sft_slip_prob > 0 and self.env != "crafting":
             raise ValueError(f"sft_slip_prob needs recovery demonstrations, which only crafting has; env={self.env!r}")
+        if not (isinstance(self.sft_slip_from, int) and self.sft_slip_from >= 0):
+            raise ValueError(f"sft_slip_from must be an int >= 0 (the first SFT step with slips), got {self.sft_slip_from!r}")
+        sft_total = self.steps if self.algo == "sft" else self.sft_steps
+        if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < sft_total):
+            raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "
+                             f"than the {sft_total} SFT steps; set sft_slip_from=0 or change those")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -279,7 +286,8 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
                      f"lr={cfg.sft_lr or cfg.lr}): {sft.describe()}")
     if cfg.sft_slip_prob > 0:
         lines.append(f"SFT recovery demonstrations: {cfg.sft_slip_prob:.0%} of transcripts contain one off-plan action "
-                     "(not imitated), then the planner's shortest plan from there")
+                     "(not imitated), then the planner's shortest plan from there"
+                     + (f"; from SFT step {cfg.sft_slip_from} on" if cfg.sft_slip_from else ""))
     if cfg.sft_observation_weight > 0:
         lines.append(f"SFT auxiliary loss: + {cfg.sft_observation_weight} * mean NLL of the environment's tokens "
                      "(prompt and observations) in the demonstrations")
@@ -490,7 +498,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         ts = time.perf_counter()
         if is_sft:
             tasks = env.sample_tasks(_task_rng(cfg, step), cfg.sft_batch_size, split="train")[D.shard(cfg.sft_batch_size, info)]
-            batch = demonstration_batch(env, tok, tasks, device, slip_prob=cfg.sft_slip_prob,
+            slip_prob = cfg.sft_slip_prob if step >= cfg.sft_slip_from else 0.0
+            batch = demonstration_batch(env, tok, tasks, device, slip_prob=slip_prob,
                                         seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)

@@ -27,6 +27,16 @@ def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert len(rows) == 5, "the resumed run's metrics file has each step exactly once"
 
 
+def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
+    base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8}
+    plain = train(TrainConfig(**base), run_dir=str(tmp_path / "plain"), progress=False)
+    late = train(TrainConfig(**base, sft_slip_prob=1.0, sft_slip_from=2), run_dir=str(tmp_path / "late"), progress=False)
+    loss = lambda r: [h["loss"] for h in r.history]  # noqa: E731
+    assert loss(late)[:2] == loss(plain)[:2], "steps before sft_slip_from must see plain demonstrations"
+    assert loss(late)[2] != loss(plain)[2], "from sft_slip_from on, demonstrations contain slips"
+    assert "from SFT step 2 on" in (tmp_path / "late" / "loss.txt").read_text()
+
+
 BAD = [
     ({"algo": "a2c"}, "algo must be one of"),
     ({"env": "chess"}, "env must be one of"),
@@ -42,6 +52,9 @@ BAD = [
     ({"sft_slip_prob": 1.5}, "sft_slip_prob must lie in"),
     ({"env": "crafting", "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
     ({"sft_slip_prob": 0.5}, "only crafting has"),
+    ({"env": "crafting", "sft_slip_from": -1}, "sft_slip_from must be an int"),
+    ({"env": "crafting", "sft_steps": 4, "sft_slip_from": 2}, "needs sft_slip_prob > 0"),
+    ({"env": "crafting", "sft_steps": 4, "sft_slip_prob": 0.5, "sft_slip_from": 4}, "fewer than the 4 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
 ]
 
