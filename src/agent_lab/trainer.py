@@ -175,7 +175,8 @@ class TrainConfig:
         if self.sft_slip_prob > 0 and self.env != "crafting":
             raise ValueError(f"sft_slip_prob needs recovery demonstrations, which only crafting has; env={self.env!r}")
         if not (isinstance(self.sft_slip_from, int) and self.sft_slip_from >= 0):
-            raise ValueError(f"sft_slip_from must be an int >= 0 (the first SFT step with slips), got {self.sft_slip_from!r}")
+            raise ValueError("sft_slip_from must be an int >= 0 (the first SFT step with slips), "
+                             f"got {self.sft_slip_from!r}")
         sft_total = self.steps if self.algo == "sft" else self.sft_steps
         if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < sft_total):
             raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "

@@ -53,7 +53,7 @@ def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
 @pytest.mark.slow
 def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask(monkeypatch):
     bench = _load("bench_trainer")
-    monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1)})
+    monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1, 1)})
     monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
                                             "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
     rows = bench.crafting("quick", eval_size=3)

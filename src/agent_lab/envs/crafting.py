@@ -75,7 +75,11 @@ __all__ = ["Crafting", "SHAPINGS", "PLANS"]
 
 SHAPINGS = ("none", "first_craft", "distance")
 # The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
-PLANS = {"fetch_first": shortest_plan, "fetch_full": partial(shortest_plan, full_stacks=True), "on_demand": on_demand_plan}
+PLANS = {
+    "fetch_first": shortest_plan,
+    "fetch_full": partial(shortest_plan, full_stacks=True),
+    "on_demand": on_demand_plan,
+}
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
