@@ -120,6 +120,11 @@ class TrainConfig:
     def total_steps(self) -> int:
         return self.sft_steps + self.steps
 
+    @property
+    def sft_phase_steps(self) -> int:
+        """Steps trained on demonstrations: all of them when ``algo="sft"``, else the cold start."""
+        return self.total_steps if self.algo == "sft" else self.sft_steps
+
     def validate(self, world_size: int = 1) -> None:
         """Raise ``ValueError`` naming the first bad setting; called before any work starts."""
         from agent_lab.envs import ENV_NAMES
@@ -177,10 +182,9 @@ class TrainConfig:
         if not (isinstance(self.sft_slip_from, int) and self.sft_slip_from >= 0):
             raise ValueError("sft_slip_from must be an int >= 0 (the first SFT step with slips), "
                              f"got {self.sft_slip_from!r}")
-        sft_total = self.steps if self.algo == "sft" else self.sft_steps
-        if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < sft_total):
+        if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < self.sft_phase_steps):
             raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "
-                             f"than the {sft_total} SFT steps; set sft_slip_from=0 or change those")
+                             f"than the {self.sft_phase_steps} SFT steps; set sft_slip_from=0 or change those")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -489,10 +493,9 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         bar = tqdm(total=cfg.total_steps, initial=start, desc=f"{cfg.algo}", file=sys.stderr, leave=True)
     t0 = time.perf_counter()
     end = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, cfg.stop_after)
-    sft_phase_steps = cfg.total_steps if rl_algo == "sft" else cfg.sft_steps
     sft_lr = cfg.sft_lr or cfg.lr
     for step in range(start, end):
-        is_sft = step < sft_phase_steps
+        is_sft = step < cfg.sft_phase_steps
         for g in optimizer.param_groups:
             g["lr"] = sft_lr if is_sft else cfg.lr
         row: dict[str, Any] = {"step": step, "phase": "sft" if is_sft else cfg.algo}

@@ -55,6 +55,8 @@ BAD = [
     ({"env": "crafting", "sft_slip_from": -1}, "sft_slip_from must be an int"),
     ({"env": "crafting", "sft_steps": 4, "sft_slip_from": 2}, "needs sft_slip_prob > 0"),
     ({"env": "crafting", "sft_steps": 4, "sft_slip_prob": 0.5, "sft_slip_from": 4}, "fewer than the 4 SFT steps"),
+    ({"env": "crafting", "algo": "sft", "sft_steps": 2, "steps": 3, "sft_slip_prob": 0.5, "sft_slip_from": 5},
+     "fewer than the 5 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
 ]
 

@@ -50,8 +50,8 @@ worlds one level deeper than trained. Book chapter: "Trajectories couple a polic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agent_lab.envs.base import TextEnv, as_rng, check_bool, check_choice, check_int
