@@ -5,6 +5,7 @@ the book tells readers to open a chapter in JupyterLab)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -59,7 +60,7 @@ def lab(tmp_path):
                 proc.kill()
                 pytest.fail("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
             time.sleep(0.5)
-    yield base
+    yield base, tmp_path / "lab.log"
     proc.terminate()
     try:
         proc.wait(timeout=20)
@@ -68,11 +69,52 @@ def lab(tmp_path):
     log.close()
 
 
+def _kernel_states(base: str) -> list[str]:
+    """Execution states of the kernels behind the server's open notebooks ('starting', 'idle', 'busy', ...)."""
+    with urllib.request.urlopen(base + "api/sessions", timeout=10) as r:
+        return [s["kernel"]["execution_state"] for s in json.load(r) if s.get("kernel")]
+
+
+def _wait_for_idle_kernel(page, base: str, timeout: float) -> bool:
+    # Sleep through Playwright, never time.sleep: the sync API runs the route handler (and so lets the page's
+    # requests, the kernel start among them, through) only while the test is inside a Playwright call.
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if "idle" in _kernel_states(base):
+                return True
+        except OSError:
+            pass
+        page.wait_for_timeout(1000)
+    return False
+
+
+def _diagnosis(page, base: str, log: Path, errors: list[str]) -> str:
+    """What a failed run looked like: the notebook's text, the kernels, console errors and the server log.
+    A screenshot goes to test-output/book/jupyterlab_failure.png."""
+    out = ROOT / "test-output" / "book"
+    out.mkdir(parents=True, exist_ok=True)
+    parts = []
+    try:
+        page.screenshot(path=str(out / "jupyterlab_failure.png"))
+        parts.append("notebook text:\n" + page.locator(".jp-Notebook").inner_text(timeout=10_000)[:2000])
+    except Exception as e:  # the diagnosis must not hide the failure
+        parts.append(f"page unreadable: {e}")
+    try:
+        parts.append(f"kernel states: {_kernel_states(base)}")
+    except OSError as e:
+        parts.append(f"sessions unreadable: {e}")
+    parts.append(f"console errors: {errors[:10]}")
+    parts.append("server log (tail):\n" + log.read_text()[-3000:])
+    return "\n".join(parts)
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 @pytest.mark.xdist_group("book-browser")
 def test_widgets_are_live_and_interactive_in_jupyterlab(lab):
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    base, log = lab
     blocked, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -87,23 +129,25 @@ def test_widgets_are_live_and_interactive_in_jupyterlab(lab):
 
         page.route("**/*", route)
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(lab + "lab/tree/widgets.ipynb")
+        page.goto(base + "lab/tree/widgets.ipynb")
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         new_game = page.locator("button.jupyter-button", has_text="new game")
-        # Run every cell (Shift+Enter runs one and moves on). Key presses sent before the kernel is connected
-        # are lost, and a run can stop part-way, so run all the cells again until the playground shows up
-        # (re-running a cell replaces its output). Generous in all: a loaded 2-core machine starts kernels slowly.
-        for attempt in range(8):
-            page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first.click()
-            for _ in CELLS:
-                page.keyboard.press("Shift+Enter")
+        # Run the notebook only once its kernel is up and idle (a loaded 2-core machine starts kernels slowly),
+        # through the Run menu's "Run All Cells", which needs no keyboard focus. Run it again if the playground
+        # has not shown up (re-running replaces the outputs); on failure, say what the page and kernel looked like.
+        for attempt in range(4):
+            if not _wait_for_idle_kernel(page, base, timeout=240):
+                pytest.fail("the notebook's kernel never became idle\n" + _diagnosis(page, base, log, errors))
+            page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+            page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
             try:
-                new_game.wait_for(timeout=60_000)
+                new_game.wait_for(timeout=120_000)
                 break
             except Exception:
-                continue
+                page.keyboard.press("Escape")  # close the menu if it is still open
         else:
-            pytest.fail("the number-search playground never appeared after running the notebook 8 times")
+            pytest.fail("the number-search playground never appeared after running the notebook 4 times\n"
+                        + _diagnosis(page, base, log, errors))
         page.get_by_text("variance-optimal baseline b*").wait_for(timeout=180_000)
         page.get_by_text("P(degenerate)").wait_for(timeout=180_000)
         text = page.locator(".jp-Notebook").inner_text()
