@@ -69,6 +69,7 @@ class TrainConfig:
     sft_batch_size: int = 64
     lr: float = 3e-3
     sft_lr: float | None = None  # None: same as lr
+    sft_lr_decay_steps: int = 0  # the last this many SFT steps anneal sft_lr linearly to 0; 0: constant (see sft_lr_at)
     sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
     sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
     sft_slip_from: int = 0  # recovery demonstrations only from this SFT step on (a late phase); 0: from the start
@@ -185,6 +186,10 @@ class TrainConfig:
         if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < self.sft_phase_steps):
             raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "
                              f"than the {self.sft_phase_steps} SFT steps; set sft_slip_from=0 or change those")
+        d = self.sft_lr_decay_steps
+        if not (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= self.sft_phase_steps):
+            raise ValueError(f"sft_lr_decay_steps must be an int from 0 to the {self.sft_phase_steps} SFT steps, "
+                             f"got {d!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:
@@ -280,6 +285,19 @@ def group_tasks(env, cfg: TrainConfig, step: int) -> list:
     return [t for t in tasks for _ in range(cfg.group_size)]
 
 
+def sft_lr_at(cfg: TrainConfig, step: int) -> float:
+    """The SFT learning rate at ``step``, stable then decaying (warmup-stable-decay without the warmup): constant
+    ``sft_lr`` (or ``lr``), then over the last D = ``sft_lr_decay_steps`` of the phase's T SFT steps, linear to zero:
+
+        lr(s) = lr0                    for s < T - D
+        lr(s) = lr0 * (T - s) / D      for T - D <= s < T   (the last step still moves, by lr0 / D)
+
+    Annealing lets Adam settle into the minimum that constant-rate noise keeps it circling."""
+    lr0 = cfg.sft_lr or cfg.lr
+    end, d = cfg.sft_phase_steps, cfg.sft_lr_decay_steps
+    return lr0 if step < end - d else lr0 * (end - step) / d
+
+
 def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_params: int) -> str:
     lines = [f"agent-lab train: env={cfg.env} {cfg.env_options or ''} algo={cfg.algo} seed={cfg.seed}",
              f"policy: decoder-only transformer d_model={cfg.d_model} n_layers={cfg.n_layers} "
@@ -288,7 +306,9 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
              "(behaviour log-probs recorded under this transform)"]
     if sft is not None:
         lines.append(f"phase 1 ({cfg.sft_steps} steps, {cfg.sft_batch_size} demonstrations/step, "
-                     f"lr={cfg.sft_lr or cfg.lr}): {sft.describe()}")
+                     f"lr={cfg.sft_lr or cfg.lr}"
+                     + (f", linear to 0 over the last {cfg.sft_lr_decay_steps}" if cfg.sft_lr_decay_steps else "")
+                     + f"): {sft.describe()}")
     if cfg.sft_slip_prob > 0:
         lines.append(f"SFT recovery demonstrations: {cfg.sft_slip_prob:.0%} of transcripts contain one off-plan action "
                      "(not imitated), then the planner's shortest plan from there"
@@ -493,12 +513,12 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         bar = tqdm(total=cfg.total_steps, initial=start, desc=f"{cfg.algo}", file=sys.stderr, leave=True)
     t0 = time.perf_counter()
     end = cfg.total_steps if cfg.stop_after is None else min(cfg.total_steps, cfg.stop_after)
-    sft_lr = cfg.sft_lr or cfg.lr
     for step in range(start, end):
         is_sft = step < cfg.sft_phase_steps
+        lr_now = sft_lr_at(cfg, step) if is_sft else cfg.lr
         for g in optimizer.param_groups:
-            g["lr"] = sft_lr if is_sft else cfg.lr
-        row: dict[str, Any] = {"step": step, "phase": "sft" if is_sft else cfg.algo}
+            g["lr"] = lr_now
+        row: dict[str, Any] = {"step": step, "phase": "sft" if is_sft else cfg.algo, "lr": lr_now}
         ts = time.perf_counter()
         if is_sft:
             tasks = env.sample_tasks(_task_rng(cfg, step), cfg.sft_batch_size, split="train")[D.shard(cfg.sft_batch_size, info)]

@@ -37,6 +37,18 @@ def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     assert "from SFT step 2 on" in (tmp_path / "late" / "loss.txt").read_text()
 
 
+def test_sft_learning_rate_is_constant_then_decays_linearly_over_the_last_steps(tmp_path):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 5, "steps": 2, "sft_lr": 1e-3, "lr": 5e-4,
+                         "sft_lr_decay_steps": 4})
+    want = [1e-3, 1e-3 * 4 / 4, 1e-3 * 3 / 4, 1e-3 * 2 / 4, 1e-3 * 1 / 4, 5e-4, 5e-4]  # SFT steps 0-4, then RL
+    assert [trainer_mod.sft_lr_at(cfg, s) for s in range(5)] == pytest.approx(want[:5])
+    run = train(cfg, run_dir=str(tmp_path / "r"), progress=False)
+    assert [h["lr"] for h in run.history] == pytest.approx(want), "the training loop must follow the schedule"
+    assert "linear to 0 over the last 4" in (tmp_path / "r" / "loss.txt").read_text()
+    flat = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 5, "steps": 2, "sft_lr": 1e-3, "lr": 5e-4})
+    assert [trainer_mod.sft_lr_at(flat, s) for s in range(5)] == [1e-3] * 5
+
+
 BAD = [
     ({"algo": "a2c"}, "algo must be one of"),
     ({"env": "chess"}, "env must be one of"),
@@ -58,6 +70,8 @@ BAD = [
     ({"env": "crafting", "algo": "sft", "sft_steps": 2, "steps": 3, "sft_slip_prob": 0.5, "sft_slip_from": 5},
      "fewer than the 5 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
+    ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps must be an int from 0 to the 3 SFT steps"),
+    ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be an int"),
 ]
 
 
