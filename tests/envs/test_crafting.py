@@ -368,6 +368,20 @@ def test_bad_worlds_and_options_raise_clear_errors():
         make_env("crafting", shaping="bonus")
     with pytest.raises(ValueError, match="max_get"):
         make_env("crafting", max_get=0)
+    for bad in ([1, 2], [1, -1, 1], [0, 0, 0], "123", [1, float("nan"), 1], ["a", 1, 1], 3):
+        with pytest.raises(ValueError, match=r"level_weights must give one weight >= 0 per training level \[1, 2, 3\]"):
+            make_env("crafting", level_weights=bad)
+
+
+def test_level_weights_shape_the_training_draw_and_leave_evaluation_alone():
+    counts = lambda tasks: np.bincount([t["level"] for t in tasks], minlength=4)[1:]  # noqa: E731
+    uniform, weighted = make_env("crafting"), make_env("crafting", level_weights=[1, 2, 5])
+    got = counts(weighted.sample_tasks(0, 4000))
+    assert np.allclose(got / 4000, [1 / 8, 2 / 8, 5 / 8], atol=0.03), got
+    assert np.allclose(counts(uniform.sample_tasks(0, 4000)) / 4000, 1 / 3, atol=0.03)
+    assert counts(make_env("crafting", level_weights=[0, 0, 1]).sample_tasks(1, 50)).tolist() == [0, 0, 50]
+    assert weighted.eval_tasks("test") == uniform.eval_tasks("test")
+    assert weighted.sample_tasks(3, 5, split="deeper") == uniform.sample_tasks(3, 5, split="deeper")
 
 
 def test_action_mask_lists_exactly_the_executable_actions():

@@ -44,11 +44,14 @@ are always unshaped.
 
 Evaluation splits, fixed by seed ranges: ``"test"`` new worlds at the trained levels, ``"held_out_goals"``
 goals from :data:`~agent_lab.envs.crafting_world.HELD_OUT_GOALS` (never a training goal), ``"deeper"``
-worlds one level deeper than trained. Book chapter: "Trajectories couple a policy to an environment".
+worlds one level deeper than trained. Training worlds draw their level uniformly from ``train_levels``, or in
+the proportions ``level_weights`` gives (one weight per sorted level; a curriculum knob, evaluation unchanged).
+Book chapter: "Trajectories couple a policy to an environment".
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -117,6 +120,7 @@ class Crafting(TextEnv):
         invalid_action: str = "spend_turn",
         turn_limit: int | None = None,
         plan: str = "fetch_first",
+        level_weights: Sequence[float] | None = None,  # training draws: one weight per sorted train level
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -129,6 +133,17 @@ class Crafting(TextEnv):
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
         check_choice("plan", plan, tuple(PLANS))
+        if level_weights is not None:
+            try:
+                if isinstance(level_weights, (str, bytes)):
+                    raise TypeError
+                w = [float(x) for x in level_weights]
+            except (TypeError, ValueError):
+                w = []
+            if len(w) != len(levels) or not all(math.isfinite(x) and x >= 0 for x in w) or not sum(w) > 0:
+                raise ValueError(f"level_weights must give one weight >= 0 per training level {levels} (sorted), not "
+                                 f"all zero, got {level_weights!r}")
+            level_weights = [x / sum(w) for x in w]
         shaping_gamma = float(shaping_gamma)
         if not 0.0 < shaping_gamma <= 1.0:
             raise ValueError(f"shaping_gamma must lie in (0, 1], got {shaping_gamma}")
@@ -144,10 +159,12 @@ class Crafting(TextEnv):
             mask_actions=mask_actions,
             eval_size=check_int("eval_size", eval_size, 1),
             plan=plan,
+            level_weights=level_weights,
         )
         self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
         self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
         self.mask_actions, self.eval_size, self.plan = mask_actions, eval_size, plan
+        self.level_weights = level_weights
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
@@ -169,13 +186,17 @@ class Crafting(TextEnv):
         return generate_world(_SPLIT_SEEDS[split] + seed, level, pool, self.max_get)
 
     def sample_tasks(self, seed_or_rng: Any, n: int, split: str = "train") -> list[dict]:
-        """``n`` worlds with random seeds of ``split``'s range (training seeds: 0..999999)."""
+        """``n`` worlds with random seeds of ``split``'s range (training seeds: 0..999999); training levels are
+        drawn uniformly or, given ``level_weights``, in those proportions (evaluation splits are unaffected)."""
         check_choice("split", split, ("train", *self.splits))
         n = check_int("n", n, 1)
         rng = as_rng(seed_or_rng)
         levels = self._levels_of(split)
         seeds = rng.integers(0, 1_000_000, size=n)
-        picks = rng.integers(0, len(levels), size=n)
+        if split == "train" and self.level_weights is not None:
+            picks = rng.choice(len(levels), size=n, p=self.level_weights)
+        else:
+            picks = rng.integers(0, len(levels), size=n)
         return [self._world(int(s), levels[int(p)], split) for s, p in zip(seeds, picks)]
 
     def eval_tasks(self, split: str = "test", n: int | None = None) -> list[dict]:
