@@ -109,16 +109,16 @@ def crafting(mode: str, seed: int = 0, eval_size: int = 150) -> list[dict]:
     from agent_lab.evaluation import evaluate
 
     sft_steps, slip_from, rl_steps = CRAFTING_BUDGET[mode]
-    cfg = TrainConfig(**CRAFTING, sft_steps=sft_steps, sft_slip_from=slip_from, sft_lr_decay_steps=sft_steps - slip_from,
-                      steps=rl_steps, seed=seed)
+    cfg = TrainConfig(**CRAFTING, sft_steps=sft_steps, sft_slip_from=slip_from,
+                      sft_lr_decay_steps=sft_steps - slip_from, steps=rl_steps, seed=seed)
     work = Path(tempfile.mkdtemp(prefix="bench-crafting-"))
     cold = train(cfg, run_dir=str(work / "sft"), stop_after=sft_steps, progress=False)
     shutil.copytree(work / "sft", work / "rl")
     agent = train(cfg, run_dir=str(work / "rl"), resume=True, progress=False)
     rl_s = agent.seconds - cold.seconds
-    print(f"  crafting: {sft_steps} SFT steps (slips and lr decay from step {slip_from}) in {cold.seconds:.0f} s ({cold.episodes} "
-          f"demonstrations), then {rl_steps} Dr.GRPO steps in {rl_s:.0f} s ({agent.episodes - cold.episodes} episodes)",
-          flush=True)
+    print(f"  crafting: {sft_steps} SFT steps (slips and lr decay from step {slip_from}) in {cold.seconds:.0f} s "
+          f"({cold.episodes} demonstrations), then {rl_steps} Dr.GRPO steps in {rl_s:.0f} s "
+          f"({agent.episodes - cold.episodes} episodes)", flush=True)
     rows = []
     for masked in (False, True):
         env = make_env("crafting", mask_actions=masked, eval_size=eval_size)  # its evaluation worlds are cached

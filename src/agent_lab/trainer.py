@@ -134,7 +134,8 @@ class TrainConfig:
             raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {self.env!r}")
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {self.algo!r}")
-        for name in ("steps", "sft_steps", "eval_every", "checkpoint_every", "cpu_threads"):
+        for name in ("steps", "sft_steps", "sft_slip_from", "sft_lr_decay_steps", "eval_every", "checkpoint_every",
+                     "cpu_threads"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {v!r}")
@@ -180,16 +181,12 @@ class TrainConfig:
                              "learn to predict the slips; set one of them to 0")
         if self.sft_slip_prob > 0 and self.env != "crafting":
             raise ValueError(f"sft_slip_prob needs recovery demonstrations, which only crafting has; env={self.env!r}")
-        if not (isinstance(self.sft_slip_from, int) and self.sft_slip_from >= 0):
-            raise ValueError("sft_slip_from must be an int >= 0 (the first SFT step with slips), "
-                             f"got {self.sft_slip_from!r}")
         if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < self.sft_phase_steps):
             raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "
                              f"than the {self.sft_phase_steps} SFT steps; set sft_slip_from=0 or change those")
-        d = self.sft_lr_decay_steps
-        if not (isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= self.sft_phase_steps):
-            raise ValueError(f"sft_lr_decay_steps must be an int from 0 to the {self.sft_phase_steps} SFT steps, "
-                             f"got {d!r}")
+        if self.sft_lr_decay_steps > self.sft_phase_steps:
+            raise ValueError(f"sft_lr_decay_steps={self.sft_lr_decay_steps} is more than the {self.sft_phase_steps} SFT "
+                             "steps it would anneal; lower it or add SFT steps")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.objective is not None and self.objective not in OBJECTIVES:

@@ -64,14 +64,14 @@ BAD = [
     ({"sft_slip_prob": 1.5}, "sft_slip_prob must lie in"),
     ({"env": "crafting", "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
     ({"sft_slip_prob": 0.5}, "only crafting has"),
-    ({"env": "crafting", "sft_slip_from": -1}, "sft_slip_from must be an int"),
+    ({"env": "crafting", "sft_slip_from": -1}, "sft_slip_from must be a non-negative int"),
     ({"env": "crafting", "sft_steps": 4, "sft_slip_from": 2}, "needs sft_slip_prob > 0"),
     ({"env": "crafting", "sft_steps": 4, "sft_slip_prob": 0.5, "sft_slip_from": 4}, "fewer than the 4 SFT steps"),
     ({"env": "crafting", "algo": "sft", "sft_steps": 2, "steps": 3, "sft_slip_prob": 0.5, "sft_slip_from": 5},
      "fewer than the 5 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
-    ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps must be an int from 0 to the 3 SFT steps"),
-    ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be an int"),
+    ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps=4 is more than the 3 SFT steps"),
+    ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be a non-negative int"),
 ]
 
 

@@ -134,11 +134,10 @@ class Crafting(TextEnv):
         check_bool("mask_actions", mask_actions)
         check_choice("plan", plan, tuple(PLANS))
         if level_weights is not None:
+            listed = isinstance(level_weights, Sequence) and not isinstance(level_weights, (str, bytes))
             try:
-                if isinstance(level_weights, (str, bytes)):
-                    raise TypeError
-                w = [float(x) for x in level_weights]
-            except (TypeError, ValueError):
+                w = [float(x) for x in level_weights] if listed else []
+            except (TypeError, ValueError):  # an entry that is not a number
                 w = []
             if len(w) != len(levels) or not all(math.isfinite(x) and x >= 0 for x in w) or not sum(w) > 0:
                 raise ValueError(f"level_weights must give one weight >= 0 per training level {levels} (sorted), not "
