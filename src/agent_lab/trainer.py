@@ -39,6 +39,7 @@ from agent_lab.algorithms import ALGORITHMS, BASELINES, AlgoState, Algorithm, ma
 from agent_lab.device import DEVICE_CHOICES, pick_device
 from agent_lab.diagnostics import MetricsWriter, plot_curves
 from agent_lab.estimators.aggregation import OBJECTIVES, aggregate, reduce_loss
+from agent_lab.estimators.filtering import mixed_group_rows
 from agent_lab.estimators.statistics import degenerate_group_fraction, effective_sample_size
 from agent_lab.estimators.logprobs import KL_KINDS, entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, save_checkpoint
@@ -85,6 +86,8 @@ class TrainConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     candidate_mask: bool = False  # restrict actions to env.allowed_actions() (sets the env's mask_actions)
+    resample_rounds: int = 0  # dynamic sampling: up to this many extra rounds of fresh task groups per RL step while
+    #                           too few groups disagree; the update takes the disagreeing ones first (mixed_group_rows)
     # loss
     objective: str | None = None  # None: the algorithm's own normalisation (algorithms.DEFAULT_OBJECTIVE)
     entropy_coef: float = 0.0
@@ -135,7 +138,7 @@ class TrainConfig:
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {self.algo!r}")
         for name in ("steps", "sft_steps", "sft_slip_from", "sft_lr_decay_steps", "eval_every", "checkpoint_every",
-                     "cpu_threads"):
+                     "cpu_threads", "resample_rounds"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {v!r}")
@@ -151,6 +154,9 @@ class TrainConfig:
         if self.batch_size % self.group_size:
             raise ValueError(f"group_size must divide batch_size, got batch_size={self.batch_size}, "
                              f"group_size={self.group_size}")
+        if self.resample_rounds and self.algo not in GROUP_ALGOS:
+            raise ValueError(f"resample_rounds keeps task groups whose rewards disagree, which only the group "
+                             f"algorithms {GROUP_ALGOS} learn from; algo={self.algo!r}: set resample_rounds=0")
         if self.algo in GROUP_ALGOS and self.group_size < 2:
             raise ValueError(f"algo {self.algo!r} compares samples within a group: group_size must be >= 2, "
                              f"got {self.group_size}")
@@ -267,19 +273,44 @@ def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:
     return logits.masked_fill(~batch.allowed_tokens, float("-inf")) / temperature
 
 
-def _task_rng(cfg: TrainConfig, step: int) -> np.random.Generator:
-    """Tasks of ``step`` depend only on (seed, step): a resumed run draws exactly the same tasks."""
-    return np.random.default_rng([cfg.seed, step, 7])
+def _task_rng(cfg: TrainConfig, step: int, round_: int = 0) -> np.random.Generator:
+    """Tasks of ``step`` depend only on (seed, step, round): a resumed run draws exactly the same tasks."""
+    return np.random.default_rng([cfg.seed, step, 7] + ([round_] if round_ else []))
 
 
-def _sample_generator(cfg: TrainConfig, step: int, rank: int, device) -> torch.Generator:
-    return torch.Generator(device=device).manual_seed(((cfg.seed * 1_000_003 + step) * 1_009 + rank) % (2**62))
+def _sample_generator(cfg: TrainConfig, step: int, rank: int, device, round_: int = 0) -> torch.Generator:
+    seed = ((cfg.seed * 1_000_003 + step) * 1_009 + rank) % (2**62)
+    if round_:
+        seed = int(np.random.SeedSequence([seed, round_]).generate_state(1, np.uint64)[0]) % (2**62)
+    return torch.Generator(device=device).manual_seed(seed)
 
 
-def group_tasks(env, cfg: TrainConfig, step: int) -> list:
+def group_tasks(env, cfg: TrainConfig, step: int, round_: int = 0) -> list:
     """``batch_size / group_size`` tasks, each repeated ``group_size`` times in contiguous rows."""
-    tasks = env.sample_tasks(_task_rng(cfg, step), cfg.batch_size // cfg.group_size, split="train")
+    tasks = env.sample_tasks(_task_rng(cfg, step, round_), cfg.batch_size // cfg.group_size, split="train")
     return [t for t in tasks for _ in range(cfg.group_size)]
+
+
+def collect_groups(model, tok, env, cfg: TrainConfig, step: int, info, sampling: SamplingConfig, device,
+                   amp_dtype) -> tuple[RolloutBatch, RolloutBatch, int]:
+    """This worker's rollouts of RL step ``step``: its share of :func:`group_tasks`. With ``resample_rounds``,
+    more rounds of fresh tasks follow while fewer groups disagree than the update holds, and the update takes
+    the disagreeing groups first (:func:`~agent_lab.estimators.mixed_group_rows`). Returns the update batch,
+    every sampled episode (for the diagnostics; the same batch without resampling) and the number of rounds."""
+    batches: list[RolloutBatch] = []
+    for r in range(cfg.resample_rounds + 1):
+        all_tasks = group_tasks(env, cfg, step, r)
+        tasks = all_tasks[D.shard(len(all_tasks), info)]
+        batches.append(collect_rollouts(model, tok, env, tasks, sampling, _sample_generator(cfg, step, info.rank,
+                                        device, r), policy_version=step, autocast_dtype=amp_dtype))
+        sampled = torch.cat([b.episode_return for b in batches]).reshape(-1, cfg.group_size)
+        if int((sampled.amin(1) < sampled.amax(1)).sum()) * cfg.group_size >= len(batches[0]):
+            break
+    if len(batches) == 1:
+        return batches[0], batches[0], 1
+    every = RolloutBatch.concat(batches, pad_id=tok.pad_id)
+    rows = mixed_group_rows(every.episode_return, cfg.group_size, len(batches[0]) // cfg.group_size)
+    return every.select(rows), every, len(batches)
 
 
 def sft_lr_at(cfg: TrainConfig, step: int) -> float:
@@ -315,6 +346,10 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
                      "(prompt and observations) in the demonstrations")
     lines.append(f"phase {2 if sft else 1} ({cfg.steps} steps, batch {cfg.batch_size} = "
                  f"{cfg.batch_size // cfg.group_size} tasks x {cfg.group_size}, lr={cfg.lr}): {algo.describe()}")
+    if cfg.resample_rounds:
+        lines.append(f"dynamic sampling: up to {cfg.resample_rounds} more rounds of {cfg.batch_size // cfg.group_size} "
+                     "fresh tasks while too few groups have unequal rewards; the update takes those groups first, "
+                     "then all-equal ones, to the same batch size")
     if cfg.entropy_coef > 0:
         lines.append(f"entropy bonus: s_ij += {cfg.entropy_coef} * H(pi(. | x_<ij))")
     lines.append(f"optimizer: Adam(lr={cfg.lr}, betas=(0.9, 0.99), weight_decay={cfg.weight_decay}); "
@@ -532,11 +567,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         else:
             if cfg.kl_coef > 0 and ref_model is None:  # the frozen reference: the policy when RL starts
                 ref_model = copy.deepcopy(model).eval()
-            all_tasks = group_tasks(env, cfg, step)
-            tasks = all_tasks[D.shard(len(all_tasks), info)]
             sampling = SamplingConfig(cfg.temperature, cfg.top_p, "sampled", cfg.candidate_mask)
-            batch = collect_rollouts(model, tok, env, tasks, sampling, _sample_generator(cfg, step, info.rank, device),
-                                     policy_version=step, autocast_dtype=amp_dtype)
+            batch, sampled, rounds = collect_groups(model, tok, env, cfg, step, info, sampling, device, amp_dtype)
             t_roll = time.perf_counter() - ts
             rewards = batch.episode_return
             if advantage_fn is not None:
@@ -571,16 +603,20 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
             row["ratio_first_epoch"] = first.get("ratio_mean", float("nan"))
             row["grad_norm_before"] = first["grad_norm_before"]
             row["grad_norm_after"] = first["grad_norm_after"]
+            every = sampled.episode_return  # reward, success and all-equal groups of every sampled episode
             row.update(
-                reward_mean=float(rewards.mean()), reward_std=float(rewards.std()) if len(rewards) > 1 else 0.0,
-                success=float(batch.success.float().mean()),
-                degenerate_fraction=float(degenerate_group_fraction(rewards, cfg.group_size)),
+                reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
+                success=float(sampled.success.float().mean()),
+                degenerate_fraction=float(degenerate_group_fraction(every, cfg.group_size)),
                 advantage_abs_mean=float(adv.abs().mean()),
                 episode_turns=float(batch.num_turns.float().mean()),
                 action_tokens=float(batch.num_action_tokens.float().mean()),
                 rollout_s=t_roll, policy_lag=0,
             )
-            n_ep = cfg.batch_size
+            if cfg.resample_rounds:
+                row["rollout_rounds"] = D.all_mean(float(rounds), info)
+                row["update_degenerate_fraction"] = float(degenerate_group_fraction(rewards, cfg.group_size))
+            n_ep = round(D.all_mean(float(len(sampled)), info) * info.world_size) if cfg.resample_rounds else cfg.batch_size
         for k in ("success", "reward_mean", "loss", "observation_nll"):
             if k in row:
                 row[k] = D.all_mean(row[k], info)

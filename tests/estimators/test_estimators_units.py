@@ -197,6 +197,19 @@ def test_rest_em_filter_keeps_successes_and_records_failures():
     assert E.rest_em_filter(T(0.0, 0.2), group_size=2).kept.numel() == 0
 
 
+def test_mixed_group_rows_takes_disagreeing_groups_first_then_tops_up_in_order():
+    # groups of 2: [1, 1] equal, [0, 1] mixed, [0, 0] equal, [0.5, 0] mixed
+    rewards = T(1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.5, 0.0)
+    assert E.mixed_group_rows(rewards, 2, 2).tolist() == [2, 3, 6, 7]
+    assert E.mixed_group_rows(rewards, 2, 3).tolist() == [2, 3, 6, 7, 0, 1], "then all-equal groups, in order"
+    assert E.mixed_group_rows(rewards, 2, 4).tolist() == [2, 3, 6, 7, 0, 1, 4, 5]
+    assert E.mixed_group_rows(T(0.0, 0.0, 1.0, 1.0), 2, 1).tolist() == [0, 1], "no mixed group: the first group"
+    with pytest.raises(ValueError, match="n_groups=5 is more than the 4 groups"):
+        E.mixed_group_rows(rewards, 2, 5)
+    with pytest.raises(ValueError, match="does not divide"):
+        E.mixed_group_rows(rewards, 3, 1)
+
+
 def test_potential_shaping_uses_final_potential_only_for_truncated_rows():
     rewards = T([0.0, 1.0], [0.0, 0.0])
     potentials = T([1.0, 2.0, 3.0], [1.0, 5.0, 7.0])

@@ -47,8 +47,9 @@ def main(out: Path, objective: str) -> None:
     if info.rank == 0:
         torch.save({"batch": batch, "adv": adv}, out / "batch.pt")
     dist.barrier()
-    # the trainer itself under torchrun: two DDP steps end to end
-    r = train(TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 2, "candidate_mask": True,
+    # the trainer itself under torchrun: two DDP steps end to end, with dynamic sampling (workers may draw a
+    # different number of rounds; the update must still stay in step)
+    r = train(TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 2, "candidate_mask": True, "resample_rounds": 1,
                              "run_dir": str(out / "run")}), progress=False)
     torch.save({k: v.clone() for k, v in r.policy.state_dict().items()}, out / f"trained_rank{info.rank}.pt")
     D.teardown()

@@ -27,6 +27,26 @@ def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert len(rows) == 5, "the resumed run's metrics file has each step exactly once"
 
 
+def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_exactly(tmp_path):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 4, "candidate_mask": True, "resample_rounds": 3,
+                         "checkpoint_every": 1})
+    full = train(cfg, run_dir=str(tmp_path / "a"), progress=False)
+    rl = [h for h in full.history if h["phase"] == "dr_grpo"]
+    assert all(1 <= h["rollout_rounds"] <= 4 for h in rl)
+    assert any(h["rollout_rounds"] > 1 for h in rl), "an untrained policy leaves groups all-equal: it must resample"
+    assert all(h["update_degenerate_fraction"] <= h["degenerate_fraction"] for h in rl)
+    assert full.episodes == sum(h["rollout_rounds"] for h in rl) * cfg.batch_size, "every sampled episode counts"
+    assert "dynamic sampling: up to 3 more rounds" in (tmp_path / "a" / "loss.txt").read_text()
+    plain = train(TrainConfig(**{**cfg.to_dict(), "resample_rounds": 0}), run_dir=str(tmp_path / "p"), progress=False)
+    # its first round draws what the plain run draws; the update can only have fewer all-equal groups
+    assert plain.history[0]["degenerate_fraction"] >= rl[0]["update_degenerate_fraction"]
+    train(cfg, run_dir=str(tmp_path / "b"), stop_after=2, progress=False)
+    resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
+    for k, v in full.policy.state_dict().items():
+        assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
+    assert full.episodes == resumed.episodes
+
+
 def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8}
     plain = train(TrainConfig(**base), run_dir=str(tmp_path / "plain"), progress=False)
@@ -72,6 +92,8 @@ BAD = [
     ({"positions": "alibi"}, "positions must be one of"),
     ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps=4 is more than the 3 SFT steps"),
     ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be a non-negative int"),
+    ({"resample_rounds": -1}, "resample_rounds must be a non-negative int"),
+    ({"algo": "reinforce", "resample_rounds": 2}, "only the group algorithms"),
 ]
 
 

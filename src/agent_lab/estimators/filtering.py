@@ -1,6 +1,8 @@
-"""ReST-EM filtering: keep the successful samples for an SFT-style update, and keep everything for analysis.
+"""Filtering samples before an update.
 
-Lecture sections: "Why SFT, filtered self-training, and RL differ" (seed 000 section 2).
+ReST-EM filtering keeps the successful samples for an SFT-style update, and keeps everything for analysis
+(lecture section "Why SFT, filtered self-training, and RL differ", seed 000 section 2). Dynamic sampling
+(DAPO) keeps the task groups whose rewards disagree, the only ones a centred group advantage learns from.
 """
 
 from __future__ import annotations
@@ -8,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from ._validation import as_float_tensor, check_ndim, group_count, positive_int
 
-__all__ = ["RestEMSelection", "rest_em_filter"]
+__all__ = ["RestEMSelection", "rest_em_filter", "mixed_group_rows"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +81,26 @@ def rest_em_filter(
         success=success,
         success_rate=success.to(rewards.dtype).mean(),
     )
+
+
+def mixed_group_rows(rewards: Any, group_size: int, n_groups: int) -> Tensor:
+    r"""Rows of ``n_groups`` task groups for an update, groups whose rewards disagree first (dynamic sampling).
+
+    A group whose samples all earn the same reward has centred advantages :math:`A_{ij} = R_{ij} - \bar R_i = 0`
+    and adds nothing to a group-relative gradient. Dynamic sampling (DAPO, Yu et al. 2025) samples extra groups
+    and trains on the informative ones. This picks, in row order, the groups with :math:`\min_j R_{ij} <
+    \max_j R_{ij}`, then tops up with all-equal groups (again in order) if fewer than ``n_groups`` disagree, so
+    the update always holds ``n_groups * group_size`` rows and its normaliser is unchanged. Shapes: ``rewards``
+    ``[B]`` in contiguous groups with ``B >= n_groups * group_size``; returns the row indices, a ``[n_groups *
+    group_size]`` long tensor, each group's rows contiguous and in their original order.
+    Book: part3/01_crafting (exercise 11).
+    """
+    rewards = as_float_tensor("rewards", rewards)
+    groups = group_count(rewards, group_size)
+    n_groups = positive_int("n_groups", n_groups)
+    if n_groups > groups:
+        raise ValueError(f"n_groups={n_groups} is more than the {groups} groups in rewards; sample more groups")
+    grouped = rewards.reshape(groups, group_size)
+    mixed = grouped.amin(dim=1) < grouped.amax(dim=1)
+    order = torch.cat([mixed.nonzero().reshape(-1), (~mixed).nonzero().reshape(-1)])[:n_groups]
+    return (order[:, None] * group_size + torch.arange(group_size)).reshape(-1)
