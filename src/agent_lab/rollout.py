@@ -285,6 +285,12 @@ def collect_rollouts(
     prompts = env.reset(tasks)
     live = torch.ones(B, dtype=torch.bool)
     pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
+    # The context window: a turn needs room for its observation, max_words action words and their newline.
+    max_len = int(policy.cfg.max_len)
+    longest = max(len(p) for p in pending)
+    if longest + max_words + 1 > max_len:
+        raise ValueError(f"a prompt of {longest} tokens leaves no room for an action within the policy's max_len="
+                         f"{max_len}; train a policy with a larger max_len (TrainConfig.max_len)")
     # pending policy token (the newline that closed the last action) with its log-prob, turn and mask
     pending_meta: list[list[tuple[float, int, torch.Tensor | None]]] = [[(0.0, -1, None)] * len(x) for x in pending]
     rewards = torch.zeros(B, max_turns)
@@ -387,11 +393,17 @@ def collect_rollouts(
             info = step.info[b] if step.info is not None else None
             logs[b].append({"turn": t, "sampled": actions[b], "observation": step.observations[b],
                             "reward": r, "info": info})
-            if done_b or trunc_b or t == max_turns - 1:
+            obs_ids = tok.encode(step.observations[b]) + [tok.nl_id]
+            # tokens so far (fed, plus the pending newline), this observation, then the longest next action
+            full = int(n_pos[b]) + len(pending[b]) + len(obs_ids) + max_words + 1 > max_len
+            if done_b or trunc_b or t == max_turns - 1 or full:
                 live[b] = False
                 truncated[b] = trunc_b or (not done_b)
+                if full and not done_b:  # the context window is full: the episode ends here, unfinished
+                    if hasattr(env, "truncate"):  # optional in the environment contract
+                        env.truncate([b])
+                    logs[b][-1]["context_full"] = True
             else:
-                obs_ids = tok.encode(step.observations[b]) + [tok.nl_id]
                 pending[b].extend(obs_ids)
                 pending_meta[b].extend([(0.0, -1, None)] * len(obs_ids))
         if not bool(live.any()):

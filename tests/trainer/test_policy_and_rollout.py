@@ -8,6 +8,7 @@ from conftest import tiny_policy
 from toy_env import ToySearch
 
 from agent_lab.envs import make_env
+from agent_lab.envs.base import replay
 from agent_lab.policy import WordTokenizer
 from agent_lab.rollout import (
     RolloutBatch,
@@ -136,6 +137,27 @@ def test_candidate_mask_only_samples_allowed_actions():
     assert errors and all(e is None for e in errors)
     # the untrained policy with the mask is the uniform-consistent guesser: it succeeds far above 4/16
     assert float(b.success.float().mean()) > 0.4
+
+
+def test_a_full_context_window_truncates_the_episode_and_replays():
+    env = make_env("crafting", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    tasks = env.eval_tasks("deeper", 8)  # level 4: long prompts and long episodes
+    run = lambda max_len: collect_rollouts(tiny_policy(tok, max_len=max_len), tok, env, tasks,  # noqa: E731
+                                           SamplingConfig(candidate_mask=True), torch.Generator().manual_seed(0))
+    b = run(160)
+    assert b.input_ids.shape[1] <= 160, "no transcript may outgrow the policy's window"
+    cut = [i for i, log in enumerate(b.episode_logs) if log.get("context_full")]
+    assert cut, "an untrained policy wanders: some episodes must reach a 160-token window"
+    for i in cut:
+        log = b.episode_logs[i]
+        assert bool(b.truncated[i]) and not bool(b.success[i]) and log["done"] and log["truncated"]
+        assert replay(log)["context_full"]
+    roomy = run(2048)
+    assert not any(log.get("context_full") for log in roomy.episode_logs)
+    assert roomy.input_ids.shape[1] > 160
+    with pytest.raises(ValueError, match="leaves no room for an action within the policy's max_len=40"):
+        run(40)
 
 
 def test_demonstration_batch_has_rollout_layout_and_planner_success():

@@ -266,6 +266,19 @@ class TextEnv(ABC):
             log["return"] = float(log["return"] + reward)
         return StepBatch(observations, rewards, self._done.copy(), truncated, self._success.copy(), info)
 
+    def truncate(self, indices: Sequence[int]) -> None:
+        """End the unfinished episodes ``indices`` from outside, as truncated, with no further reward.
+
+        For limits the environment cannot see, such as a policy whose context window is full. Their logs get
+        ``done`` and ``truncated`` True and ``context_full`` True, which :func:`replay` reproduces.
+        """
+        for i in indices:
+            if not 0 <= i < len(self._states):
+                raise ValueError(f"episode index {i} is outside this batch of {len(self._states)} episodes")
+            if not self._done[i]:
+                self._done[i] = True
+                self._logs[i].update(done=True, truncated=True, context_full=True)
+
     def episode_logs(self) -> list[dict]:
         """A JSON-serialisable copy of the current batch's logs (see :func:`replay`).
 
@@ -303,6 +316,8 @@ def replay(episode_log: dict) -> dict:
         if env.done[0]:
             raise ReplayMismatch("the replayed episode ended before the logged one")
         env.step([turn["text"]])
+    if episode_log.get("context_full"):
+        env.truncate([0])
     new = env.episode_logs()[0]
     old = json.loads(json.dumps(episode_log))
     new_rt = json.loads(json.dumps(new))
