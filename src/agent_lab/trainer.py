@@ -303,8 +303,9 @@ def collect_groups(model, tok, env, cfg: TrainConfig, step: int, info, sampling:
         tasks = all_tasks[D.shard(len(all_tasks), info)]
         batches.append(collect_rollouts(model, tok, env, tasks, sampling, _sample_generator(cfg, step, info.rank,
                                         device, r), policy_version=step, autocast_dtype=amp_dtype))
-        sampled = torch.cat([b.episode_return for b in batches]).reshape(-1, cfg.group_size)
-        if int((sampled.amin(1) < sampled.amax(1)).sum()) * cfg.group_size >= len(batches[0]):
+        returns = torch.cat([b.episode_return for b in batches])
+        n_mixed = round((1.0 - float(degenerate_group_fraction(returns, cfg.group_size))) * len(returns))
+        if n_mixed >= len(batches[0]):  # rows of groups that disagree fill the update
             break
     if len(batches) == 1:
         return batches[0], batches[0], 1
@@ -616,7 +617,9 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
             if cfg.resample_rounds:
                 row["rollout_rounds"] = D.all_mean(float(rounds), info)
                 row["update_degenerate_fraction"] = float(degenerate_group_fraction(rewards, cfg.group_size))
-            n_ep = round(D.all_mean(float(len(sampled)), info) * info.world_size) if cfg.resample_rounds else cfg.batch_size
+            n_ep = cfg.batch_size  # every sampled episode counts, on every worker
+            if cfg.resample_rounds:
+                n_ep = round(D.all_mean(float(len(sampled)), info) * info.world_size)
         for k in ("success", "reward_mean", "loss", "observation_nll"):
             if k in row:
                 row[k] = D.all_mean(row[k], info)
