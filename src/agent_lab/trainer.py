@@ -39,7 +39,7 @@ from agent_lab.algorithms import ALGORITHMS, BASELINES, AlgoState, Algorithm, ma
 from agent_lab.device import DEVICE_CHOICES, pick_device
 from agent_lab.diagnostics import MetricsWriter, plot_curves
 from agent_lab.estimators.aggregation import OBJECTIVES, aggregate, reduce_loss
-from agent_lab.estimators.filtering import mixed_group_rows
+from agent_lab.estimators.filtering import mixed_group_rows, unsolved_groups
 from agent_lab.estimators.statistics import degenerate_group_fraction, effective_sample_size
 from agent_lab.estimators.logprobs import KL_KINDS, entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, save_checkpoint
@@ -49,6 +49,7 @@ from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, SamplingConfig, collect_rollouts, demonstration_batch
 
 GROUP_ALGOS = ("rloo", "grpo", "dr_grpo", "ppo")
+GUIDED_ALGOS = ("rloo", "grpo", "dr_grpo")  # one update per batch (guide_coef)
 
 
 @dataclass
@@ -88,6 +89,8 @@ class TrainConfig:
     candidate_mask: bool = False  # restrict actions to env.allowed_actions() (sets the env's mask_actions)
     resample_rounds: int = 0  # dynamic sampling: up to this many extra rounds of fresh task groups per RL step while
     #                           too few groups disagree; the update takes the disagreeing ones first (mixed_group_rows)
+    guide_coef: float = 0.0  # planner guidance: + guide_coef * SFT loss on the planner's demonstrations of the tasks
+    #                          whose group no sample solved (unsolved_groups); 0: off
     # loss
     objective: str | None = None  # None: the algorithm's own normalisation (algorithms.DEFAULT_OBJECTIVE)
     entropy_coef: float = 0.0
@@ -157,6 +160,16 @@ class TrainConfig:
         if self.resample_rounds and self.algo not in GROUP_ALGOS:
             raise ValueError(f"resample_rounds keeps task groups whose rewards disagree, which only the group "
                              f"algorithms {GROUP_ALGOS} learn from; algo={self.algo!r}: set resample_rounds=0")
+        g = self.guide_coef
+        if not (isinstance(g, (int, float)) and g >= 0 and math.isfinite(g)):
+            raise ValueError(f"guide_coef must be a finite number >= 0, got {g!r}")
+        if g > 0 and self.algo not in GUIDED_ALGOS:
+            raise ValueError(f"guide_coef adds demonstrations for task groups no sample solved, which needs one "
+                             f"update per rollout batch of groups: algo must be one of {GUIDED_ALGOS}, got "
+                             f"{self.algo!r}; set guide_coef=0")
+        if g > 0 and world_size > 1:
+            raise ValueError(f"guide_coef runs in one process (workers would disagree on how many demonstrations "
+                             f"they add); got {world_size} workers: set guide_coef=0 or run without torchrun")
         if self.algo in GROUP_ALGOS and self.group_size < 2:
             raise ValueError(f"algo {self.algo!r} compares samples within a group: group_size must be >= 2, "
                              f"got {self.group_size}")
@@ -347,6 +360,9 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
                      "(prompt and observations) in the demonstrations")
     lines.append(f"phase {2 if sft else 1} ({cfg.steps} steps, batch {cfg.batch_size} = "
                  f"{cfg.batch_size // cfg.group_size} tasks x {cfg.group_size}, lr={cfg.lr}): {algo.describe()}")
+    if cfg.guide_coef:
+        lines.append(f"planner guidance: loss += {cfg.guide_coef} * SFT loss (token mean) on the planner's demonstration "
+                     "of each task whose group no sample solved")
     if cfg.resample_rounds:
         lines.append(f"dynamic sampling: up to {cfg.resample_rounds} more rounds of {cfg.batch_size // cfg.group_size} "
                      "fresh tasks while too few groups have unequal rewards; the update takes those groups first, "
@@ -490,6 +506,7 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                           kl_coef=cfg.kl_coef, kl_kind=cfg.kl_kind, minibatches=cfg.minibatches,
                           threshold=cfg.rest_em_threshold)
     sft = make_algorithm("sft", group_size=1, max_tokens=max_tok) if cfg.sft_steps > 0 and rl_algo != "sft" else None
+    guide_algo = (sft or make_algorithm("sft", group_size=1, max_tokens=max_tok)) if cfg.guide_coef else None
     description = describe_run(cfg, algo, sft, model.num_parameters())
     if advantage_fn is not None:
         description += "\nadvantage: replaced by the user's advantage_fn(rewards, group_size)"
@@ -579,6 +596,12 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                                      f"{type(adv).__name__} {tuple(getattr(adv, 'shape', ()))}")
             else:
                 adv = algo.advantages(batch, state)
+            guide = None
+            if cfg.guide_coef:  # the planner shows the tasks no sample solved (their centred advantages are all 0)
+                unsolved = unsolved_groups(batch.success.float(), cfg.group_size).nonzero().reshape(-1).tolist()
+                if unsolved:
+                    guide = demonstration_batch(env, tok, [batch.tasks[g * cfg.group_size] for g in unsolved], device)
+                row["guided_groups"] = len(unsolved)
             ref_lp = None
             if ref_model is not None:
                 with torch.no_grad(), _autocast(device, amp_dtype):
@@ -594,6 +617,11 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                     mb_ref = ref_lp if (ref_lp is None or n_mb == 1) else ref_lp[idx][:, : mb.input_ids.shape[1] - 1]
                     with _autocast(device, amp_dtype):
                         loss, st = loss_and_stats(ddp_model, mb, mb_adv, algo, cfg, mb_ref, loss_fn)
+                        if guide is not None:
+                            g_adv = guide_algo.advantages(guide, state)
+                            g_loss, _ = loss_and_stats(ddp_model, guide, g_adv, guide_algo, cfg)
+                            loss = loss + cfg.guide_coef * g_loss
+                            st["guide_nll"] = float(g_loss.detach())
                     st.update(optimizer_step(model, optimizer, loss, cfg.grad_clip))
                     st["loss"] = float(loss.detach())
                     stats_acc.append(st)

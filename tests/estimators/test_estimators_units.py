@@ -210,6 +210,14 @@ def test_mixed_group_rows_takes_disagreeing_groups_first_then_tops_up_in_order()
         E.mixed_group_rows(rewards, 3, 1)
 
 
+def test_unsolved_groups_marks_groups_where_no_sample_reaches_the_threshold():
+    rewards = T(0.0, 0.0, 0.0, 1.0, 0.5, 0.2, 1.0, 1.0)  # groups of 2
+    assert E.unsolved_groups(rewards, 2).tolist() == [True, False, True, False]
+    assert E.unsolved_groups(rewards, 2, threshold=0.5).tolist() == [True, False, False, False]
+    assert E.unsolved_groups(rewards, 4).tolist() == [False, False]
+    with pytest.raises(ValueError, match="does not divide"):
+        E.unsolved_groups(rewards, 3)
+
 def test_potential_shaping_uses_final_potential_only_for_truncated_rows():
     rewards = T([0.0, 1.0], [0.0, 0.0])
     potentials = T([1.0, 2.0, 3.0], [1.0, 5.0, 7.0])

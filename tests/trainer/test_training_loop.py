@@ -47,6 +47,28 @@ def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_e
     assert full.episodes == resumed.episodes
 
 
+def test_planner_guidance_adds_the_sft_loss_of_unsolved_groups_and_resumes_exactly(tmp_path):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 3, "guide_coef": 0.5, "checkpoint_every": 1})
+    guided = train(cfg, run_dir=str(tmp_path / "g"), progress=False)
+    plain = train(TrainConfig(**{**cfg.to_dict(), "guide_coef": 0.0}), run_dir=str(tmp_path / "p"), progress=False)
+    g0, p0 = guided.history[0], plain.history[0]
+    assert g0["guided_groups"] > 0, "an untrained policy leaves some groups unsolved"
+    assert g0["success"] == p0["success"], "step 0 samples the same episodes with the same initial weights"
+    # the loss is the plain group loss plus guide_coef times the demonstrations' token-mean NLL
+    assert g0["loss"] == pytest.approx(p0["loss"] + 0.5 * g0["guide_nll"], abs=1e-5)
+    assert g0["guide_nll"] > 0.1 and "guide_nll" not in p0
+    assert "planner guidance: loss += 0.5" in (tmp_path / "g" / "loss.txt").read_text()
+    train(cfg, run_dir=str(tmp_path / "b"), stop_after=1, progress=False)
+    resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
+    for k, v in guided.policy.state_dict().items():
+        assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
+
+
+def test_planner_guidance_needs_one_process():
+    with pytest.raises(ValueError, match="guide_coef runs in one process"):
+        TrainConfig(guide_coef=0.1).validate(world_size=2)
+
+
 def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8}
     plain = train(TrainConfig(**base), run_dir=str(tmp_path / "plain"), progress=False)
@@ -94,6 +116,9 @@ BAD = [
     ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be a non-negative int"),
     ({"resample_rounds": -1}, "resample_rounds must be a non-negative int"),
     ({"algo": "reinforce", "resample_rounds": 2}, "only the group algorithms"),
+    ({"guide_coef": -0.1}, "guide_coef must be a finite number >= 0"),
+    ({"algo": "ppo", "guide_coef": 0.1}, "algo must be one of \\('rloo', 'grpo', 'dr_grpo'\\), got 'ppo'"),
+    ({"algo": "reinforce", "guide_coef": 0.1}, "guide_coef adds demonstrations"),
 ]
 
 

@@ -3,6 +3,7 @@
 ReST-EM filtering keeps the successful samples for an SFT-style update, and keeps everything for analysis
 (lecture section "Why SFT, filtered self-training, and RL differ", seed 000 section 2). Dynamic sampling
 (DAPO) keeps the task groups whose rewards disagree, the only ones a centred group advantage learns from.
+Planner guidance picks the groups no sample solved, where a group advantage has nothing to learn from.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from torch import Tensor
 
 from ._validation import as_float_tensor, check_ndim, group_count, positive_int
 
-__all__ = ["RestEMSelection", "rest_em_filter", "mixed_group_rows"]
+__all__ = ["RestEMSelection", "rest_em_filter", "mixed_group_rows", "unsolved_groups"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +105,17 @@ def mixed_group_rows(rewards: Any, group_size: int, n_groups: int) -> Tensor:
     mixed = grouped.amin(dim=1) < grouped.amax(dim=1)
     order = torch.cat([mixed.nonzero().reshape(-1), (~mixed).nonzero().reshape(-1)])[:n_groups]
     return (order[:, None] * group_size + torch.arange(group_size)).reshape(-1)
+
+
+def unsolved_groups(rewards: Any, group_size: int, threshold: float = 1.0) -> Tensor:
+    r"""Which task groups no sample solved: ``[n_groups]`` bool, True where :math:`\max_j R_{ij} < \text{threshold}`.
+
+    Such a group has centred advantages :math:`A_{ij} = R_{ij} - \bar R_i = 0` for binary rewards, so a group
+    algorithm learns nothing from the task however often it is drawn; the trainer's planner guidance
+    (``TrainConfig.guide_coef``) imitates the planner's demonstration of exactly these tasks. Shapes:
+    ``rewards`` ``[B]`` in contiguous groups of ``group_size`` (pass success as 0/1 to ignore shaping).
+    Book: part3/01_crafting (exercise 13).
+    """
+    rewards = as_float_tensor("rewards", rewards)
+    groups = group_count(rewards, group_size)
+    return rewards.reshape(groups, group_size).amax(dim=1) < float(threshold)
