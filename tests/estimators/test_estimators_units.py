@@ -218,6 +218,7 @@ def test_unsolved_groups_marks_groups_where_no_sample_reaches_the_threshold():
     with pytest.raises(ValueError, match="does not divide"):
         E.unsolved_groups(rewards, 3)
 
+
 def test_potential_shaping_uses_final_potential_only_for_truncated_rows():
     rewards = T([0.0, 1.0], [0.0, 0.0])
     potentials = T([1.0, 2.0, 3.0], [1.0, 5.0, 7.0])
