@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from agent_lab.envs.base import OPEN_ENDED
 from agent_lab.policy import TinyTransformer, WordTokenizer
 
 
@@ -214,7 +215,10 @@ class _ActionConstraint:
                 if not cands:
                     continue
                 p, j = prefixes[b], len(prefixes[b])
-                nxt = {c[j] for c in cands if len(c) > j and c[:j] == p}
+                # an open-ended candidate (last id _OPEN) allows any words once its prefix is written
+                if any(c[-1] == _OPEN and len(c) - 1 <= j and p[: len(c) - 1] == c[:-1] for c in cands):
+                    continue
+                nxt = {c[j] for c in cands if len(c) > j and c[:j] == p and c[j] != _OPEN}
                 if nxt:
                     has[b] = True
                     rows += [b] * len(nxt)
@@ -230,12 +234,19 @@ class _ActionConstraint:
 
 
 # ----------------------------------------------------------------------------- the rollout loop
+_OPEN = -1  # marks an encoded open-ended candidate: its prefix, then any words (never a token id)
+
+
 def _encode_action(tok: WordTokenizer, text: str) -> list[int]:
-    """Token ids of an allowed action plus its newline, memoised on the tokenizer (candidates repeat)."""
+    """Token ids of an allowed action plus its newline, or of an open-ended one's prefix plus ``_OPEN``
+    (see ``envs.base.OPEN_ENDED``); memoised on the tokenizer (candidates repeat)."""
     memo = tok.__dict__.setdefault("_action_memo", {})
     ids = memo.get(text)
     if ids is None:
-        ids = memo[text] = tok.encode(text) + [tok.nl_id]
+        if text.endswith(OPEN_ENDED):
+            ids = memo[text] = tok.encode(text[: -len(OPEN_ENDED)]) + [_OPEN]
+        else:
+            ids = memo[text] = tok.encode(text) + [tok.nl_id]
     return ids
 
 

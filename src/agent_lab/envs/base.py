@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "ReplayMismatch", "tokens_of", "check_bool", "check_choice", "check_int"]
+__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "OPEN_ENDED", "ReplayMismatch", "tokens_of", "check_bool",
+           "check_choice", "check_int"]
 
 #: The declared rules for a malformed or impossible action (seed 000 section 3):
 #: ``"spend_turn"`` answers ``invalid`` and uses up one turn; ``"end_episode"`` answers ``invalid``
@@ -35,6 +36,10 @@ INVALID_RULES = ("spend_turn", "end_episode")
 # Sampled texts longer than this are rejected before splitting (a runaway generation must not cost
 # time proportional to its length in the parser).
 MAX_ACTION_CHARS = 200
+
+#: In an ``allowed_actions()`` set, a text ending in this marker allows its prefix followed by any words
+#: (crafting's free-form ``think``); every other text is one whole allowed action.
+OPEN_ENDED = " ..."
 
 
 class ReplayMismatch(ValueError):
@@ -63,13 +68,13 @@ class StepBatch:
     info: list[dict] = field(default_factory=list)
 
 
-def tokens_of(text: Any) -> list[str] | None:
+def tokens_of(text: Any, max_chars: int = MAX_ACTION_CHARS) -> list[str] | None:
     """Lower-cased words of an action text, tolerant of extra spaces, tabs and newlines.
 
-    Returns ``None`` for anything that cannot be an action: not a string, or longer than
-    ``MAX_ACTION_CHARS`` characters.
+    Returns ``None`` for anything that cannot be an action: not a string, or longer than ``max_chars``
+    characters (an environment's ``max_action_chars``).
     """
-    if not isinstance(text, str) or len(text) > MAX_ACTION_CHARS:
+    if not isinstance(text, str) or len(text) > max_chars:
         return None
     return text.lower().split()
 
@@ -119,6 +124,7 @@ class TextEnv(ABC):
     name: str = "text-env"
     max_turns: int = 1
     max_action_words: int = 1
+    max_action_chars: int = MAX_ACTION_CHARS
     splits: tuple[str, ...] = ()
 
     def __init__(self, *, invalid_action: str = "spend_turn", turn_limit: int | None = None, **options: Any):
@@ -221,7 +227,7 @@ class TextEnv(ABC):
                 continue
             state = self._states[i]
             before = self._snapshot(state)
-            words = tokens_of(text)
+            words = tokens_of(text, self.max_action_chars)
             if words is None:
                 action, error = None, "not a string" if not isinstance(text, str) else "too long"
             else:

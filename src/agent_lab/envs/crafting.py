@@ -30,6 +30,14 @@ at every step what the goal's recipe is short of and descends until it can ``get
 ``craft`` (:func:`~agent_lab.envs.crafting_world.on_demand_action`), a function of the recipes and the
 current inventory alone, with no counts to multiply out.
 
+Thinking (``think=True``, after ReAct's free-text thoughts): the first action may be ``think <any words>``;
+the environment answers ``ok`` without reading the words or spending a step of the budget, and a second
+thought, or one after the first step, is invalid. Demonstrations then open with
+:func:`~agent_lab.envs.crafting_world.thought`, the goal tree's recipe lines copied depth-first, so a
+policy that imitates them reads the tree one hop at a time in its own context instead of in a single
+forward pass. The candidate mask allows ``think`` followed by any words (``envs.base.OPEN_ENDED``); the
+thought's words are policy tokens like any others, so RL trains them too.
+
 Optional shaping (``shaping``), always potential-based, ``F = gamma * Phi(s') - Phi(s)`` with
 ``gamma = shaping_gamma`` (set it to the trainer's discount) and ``Phi = 0`` at terminal states -- the
 convention of :func:`agent_lab.estimators.potential_based_shaping` -- so a whole episode's shaping
@@ -57,7 +65,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from agent_lab.envs.base import TextEnv, as_rng, check_bool, check_choice, check_int
+from agent_lab.envs.base import OPEN_ENDED, TextEnv, as_rng, check_bool, check_choice, check_int
 from agent_lab.envs.crafting_world import (
     ITEM_NAMES,
     LEVELS,
@@ -71,7 +79,9 @@ from agent_lab.envs.crafting_world import (
     on_demand_plan,
     optimal_steps,
     plan_length,
+    recipe_line,
     shortest_plan,
+    thought,
 )
 
 __all__ = ["Crafting", "SHAPINGS", "PLANS"]
@@ -86,6 +96,7 @@ PLANS = {
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
+_THINK_WORDS = ["think", ";"]  # added to the vocabulary only with think=True (other runs keep their vocabulary)
 
 
 @dataclass
@@ -98,6 +109,7 @@ class _Episode:
     depths: dict[str, int] = field(default_factory=dict)
     start_steps: int = 1
     solved: bool = False
+    thought: bool = False
 
 
 class Crafting(TextEnv):
@@ -121,6 +133,7 @@ class Crafting(TextEnv):
         turn_limit: int | None = None,
         plan: str = "fetch_first",
         level_weights: Sequence[float] | None = None,  # training draws: one weight per sorted train level
+        think: bool = False,  # allow one free "think <words>" before the first step; demonstrations think
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -132,6 +145,7 @@ class Crafting(TextEnv):
         max_get = check_int("max_get", max_get, 1, MAX_STACK)
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
+        check_bool("think", think)
         check_choice("plan", plan, tuple(PLANS))
         if level_weights is not None:
             listed = isinstance(level_weights, Sequence) and not isinstance(level_weights, (str, bytes))
@@ -159,14 +173,23 @@ class Crafting(TextEnv):
             eval_size=check_int("eval_size", eval_size, 1),
             plan=plan,
             level_weights=level_weights,
+            think=think,
         )
         self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
         self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
         self.mask_actions, self.eval_size, self.plan = mask_actions, eval_size, plan
-        self.level_weights = level_weights
+        self.level_weights, self.think = level_weights, think
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
+        if think:
+            # A thought lists at most max_plan - 1 recipes (each needed recipe is crafted at least once, and a
+            # plan has at least one get), each at most 3 + 2 * max_ingredients words plus its ";".
+            self.max_action_words = 1 + max(
+                (LEVELS[lv].max_plan - 1) * (4 + 2 * LEVELS[lv].max_ingredients) for lv in used
+            )
+            self.max_action_chars = self.max_action_words * (1 + max(map(len, ITEM_NAMES)))
+            self.max_turns += 1  # the thought is a turn, though not a step of the budget
         # Training on the top level leaves no deeper level to evaluate on.
         self.splits = Crafting.splits if deeper_level is not None else ("test", "held_out_goals")
         self._eval_cache: dict[tuple[str, int], list[dict]] = {}
@@ -175,7 +198,14 @@ class Crafting(TextEnv):
     def vocabulary(self) -> list[str]:
         """Item names, the protocol's keywords and the numbers 0..99."""
         numbers = [str(i) for i in range(max(MAX_STACK, self.max_turns) + 1)]
-        return list(ITEM_NAMES) + _KEYWORDS + numbers
+        return list(ITEM_NAMES) + _KEYWORDS + numbers + (_THINK_WORDS if self.think else [])
+
+    @property
+    def max_policy_tokens(self) -> int:
+        """Most policy tokens an episode holds: each turn's words and newline, the thought's only once."""
+        if not self.think:
+            return self.max_turns * (self.max_action_words + 1)
+        return (self.max_turns - 1) * (Crafting.max_action_words + 1) + self.max_action_words + 1
 
     def _levels_of(self, split: str) -> list[int]:
         return [self.deeper_level] if split == "deeper" else self.train_levels
@@ -230,10 +260,8 @@ class Crafting(TextEnv):
         lines = [f"goal {world['goal']}", "recipes"]
         shown_base = set()
         for item in world["shown"]:
-            recipe = world["recipes"][item]
-            needs = " ".join(f"{y} {n}" for y, n in recipe["needs"].items())
-            lines.append(f"{item} {recipe['yield']} = {needs}")
-            shown_base.update(y for y in recipe["needs"] if y not in world["recipes"])
+            lines.append(recipe_line(world, item))
+            shown_base.update(y for y in world["recipes"][item]["needs"] if y not in world["recipes"])
         lines.append("base " + " ".join(sorted(shown_base)))
         lines.append(f"steps {world['budget']}")
         return "\n".join(lines)
@@ -245,6 +273,10 @@ class Crafting(TextEnv):
 
     def _parse(self, words: list[str], state: _Episode) -> tuple[list | None, str | None]:
         world = state.world
+        if self.think and words and words[0] == "think":
+            if state.thought or state.turns > 0:
+                return None, "think only once, before the first step"
+            return ["think"], None
         if len(words) == 3 and words[0] == "get":
             item, digits = words[1], words[2]
             if item not in world["recipes"] and item not in world["base"]:
@@ -268,9 +300,13 @@ class Crafting(TextEnv):
             if state.inventory.get(item, 0) + world["recipes"][item]["yield"] > MAX_STACK:
                 return None, "inventory full"
             return ["craft", item], None
-        return None, "expected 'get <item> <n>' or 'craft <item>'"
+        think = " or 'think <words>' (first)" if self.think else ""
+        return None, f"expected 'get <item> <n>' or 'craft <item>'{think}"
 
     def _execute(self, state: _Episode, action: list) -> tuple[str, float, bool]:
+        if action[0] == "think":  # free: the budget counts steps that change the inventory
+            state.thought = True
+            return self._observation("ok", state), 0.0, False
         state.turns += 1
         state.inventory = apply_action(state.world, state.inventory, " ".join(map(str, action)))
         if action[0] == "get":
@@ -325,6 +361,8 @@ class Crafting(TextEnv):
                 for x, r in world["recipes"].items()
                 if all(inv.get(y, 0) >= n for y, n in r["needs"].items()) and inv.get(x, 0) + r["yield"] <= MAX_STACK
             ]
+            if self.think and not state.thought and state.turns == 0:
+                texts.append("think" + OPEN_ENDED)
             out.append(frozenset(texts))
         return out
 
@@ -351,8 +389,10 @@ class Crafting(TextEnv):
         return demos, [bool(s) for s in twin._success]
 
     def planner_plan(self, world: dict, inventory: dict[str, int] | None = None) -> list[str]:
-        """A shortest plan from ``inventory`` in the style chosen by ``plan`` (the demonstrations' actions)."""
-        return PLANS[self.plan](world, inventory, self.max_get)
+        """A shortest plan from ``inventory`` in the style chosen by ``plan`` (the demonstrations' actions);
+        with ``think``, a plan from the start (``inventory=None``) opens with :func:`thought`."""
+        plan = PLANS[self.plan](world, inventory, self.max_get)
+        return [thought(world), *plan] if self.think and inventory is None else plan
 
     def optimal_success(self, tasks: Sequence[dict]) -> float:
         """The planner's success rate over ``tasks``, measured by executing its plans (1.0 on valid worlds)."""
@@ -387,7 +427,7 @@ class Crafting(TextEnv):
             if rng.random() >= slip_prob:
                 out.append(demo), flags.append([True] * len(demo))
                 continue
-            at = int(rng.integers(0, len(demo)))
+            at = int(rng.integers(int(self.think), len(demo)))  # the thought itself is never replaced
             bases = sorted({y for x in world["shown"] for y in world["recipes"][x]["needs"] if y not in world["recipes"]})
             options = [f"get {b} {n}" for b in bases for n in range(1, self.max_get + 1)]
             options += [f"craft {x}" for x in world["shown"]]
@@ -399,7 +439,7 @@ class Crafting(TextEnv):
                 twin.step([action])
             step = twin.step([slip])
             state = twin._states[0]
-            rest = self.planner_plan(world, state.inventory)
+            rest = self.planner_plan(world, dict(state.inventory))  # a dict, never None: no second thought
             if step.done[0] or state.turns + len(rest) > world["budget"]:
                 out.append(demo), flags.append([True] * len(demo))  # no room to recover: keep the plain plan
                 continue

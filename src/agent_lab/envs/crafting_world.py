@@ -51,6 +51,8 @@ __all__ = [
     "apply_action",
     "bfs_min_steps",
     "goal_tree",
+    "recipe_line",
+    "thought",
 ]
 
 # Single-word item names. Every world draws its 30-60 items from this pool.
@@ -449,6 +451,33 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     rng.shuffle(shown)
     world["shown"] = shown
     return world
+
+
+def recipe_line(world: Mapping, item: str) -> str:
+    """``item`` 's recipe as the prompt lists it: ``"item y = a n_a b n_b ..."``."""
+    recipe = world["recipes"][item]
+    return f"{item} {recipe['yield']} = " + " ".join(f"{y} {n}" for y, n in recipe["needs"].items())
+
+
+def thought(world: Mapping) -> str:
+    """The demonstrator's ``think`` action: the goal tree's recipe lines, copied from the prompt in
+    depth-first pre-order (the goal's first, then each ingredient's before the next ingredient's),
+    joined by ``;``.
+
+    Reading the tree in one forward pass is a ``depth``-hop lookup; written out, each line is one hop
+    from a name already in the context, and the base items to fetch are the listed ingredients with no
+    line of their own.
+    """
+    recipes, order, seen = world["recipes"], [], set()
+    stack = [world["goal"]]
+    while stack:
+        item = stack.pop()
+        if item in seen or item not in recipes:
+            continue
+        seen.add(item)
+        order.append(item)
+        stack.extend(reversed(list(recipes[item]["needs"])))
+    return "think " + " ; ".join(recipe_line(world, x) for x in order)
 
 
 def goal_tree(world: Mapping) -> set[str]:
