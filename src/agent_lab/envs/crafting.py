@@ -202,10 +202,9 @@ class Crafting(TextEnv):
 
     @property
     def max_policy_tokens(self) -> int:
-        """Most policy tokens an episode holds: each turn's words and newline, the thought's only once."""
-        if not self.think:
-            return self.max_turns * (self.max_action_words + 1)
-        return (self.max_turns - 1) * (Crafting.max_action_words + 1) + self.max_action_words + 1
+        """Most policy tokens an episode holds: each turn's words and newline, the long thought's only once."""
+        thought_tokens = self.max_action_words + 1 if self.think else 0
+        return (self.max_turns - self.think) * (Crafting.max_action_words + 1) + thought_tokens
 
     def _levels_of(self, split: str) -> list[int]:
         return [self.deeper_level] if split == "deeper" else self.train_levels
