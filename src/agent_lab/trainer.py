@@ -270,11 +270,8 @@ def build_env(cfg: TrainConfig):
 
 
 def max_action_tokens(env) -> int:
-    """Most policy tokens an episode can hold: the environment's ``max_policy_tokens`` where it declares
-    one (crafting with a thought), else ``max_turns * (max_action_words + 1)`` (words + newline).
-    Dr.GRPO's constant normaliser."""
-    declared = getattr(env, "max_policy_tokens", None)
-    return int(declared) if declared is not None else int(env.max_turns) * (int(env.max_action_words) + 1)
+    """Most policy tokens an episode can hold (``TextEnv.max_policy_tokens``): Dr.GRPO's constant normaliser."""
+    return int(env.max_policy_tokens)
 
 
 def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:

@@ -468,24 +468,23 @@ def thought(world: Mapping) -> str:
     from a name already in the context, and the base items to fetch are the listed ingredients with no
     line of their own.
     """
-    recipes, order, seen = world["recipes"], [], set()
-    stack = [world["goal"]]
+    order = [x for x in _tree_preorder(world) if x in world["recipes"]]
+    return "think " + " ; ".join(recipe_line(world, x) for x in order)
+
+
+def _tree_preorder(world: Mapping) -> list[str]:
+    """The goal and every item its recipe needs, transitively, each once, in depth-first pre-order."""
+    recipes, order, seen, stack = world["recipes"], [], set(), [world["goal"]]
     while stack:
         item = stack.pop()
-        if item in seen or item not in recipes:
+        if item in seen:
             continue
         seen.add(item)
         order.append(item)
-        stack.extend(reversed(list(recipes[item]["needs"])))
-    return "think " + " ; ".join(recipe_line(world, x) for x in order)
+        stack.extend(reversed(list(recipes.get(item, {"needs": {}})["needs"])))
+    return order
 
 
 def goal_tree(world: Mapping) -> set[str]:
     """The goal and every item its recipe needs, transitively."""
-    recipes, seen, pending = world["recipes"], {world["goal"]}, [world["goal"]]
-    while pending:
-        for y in recipes.get(pending.pop(), {"needs": {}})["needs"]:
-            if y not in seen:
-                seen.add(y)
-                pending.append(y)
-    return seen
+    return set(_tree_preorder(world))
