@@ -338,6 +338,7 @@ def test_sample_tasks_are_reproducible_by_seed_and_json_serialisable():
 
 def test_episode_logs_round_trip_json_and_replay_exactly_and_detect_tampering():
     env = make_env("number-search", invalid_action="spend_turn", reward="length")
+    assert env.episode_logs() == []  # no batch yet: no logs, not an error
     rng = np.random.default_rng(0)
     tasks = env.sample_tasks(rng, 32)
     env.reset(tasks)

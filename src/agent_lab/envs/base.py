@@ -133,13 +133,13 @@ class TextEnv(ABC):
         # The options (JSON values only) rebuild an identical environment in ``replay``.
         self.options: dict[str, Any] = {"invalid_action": invalid_action, "turn_limit": turn_limit, **options}
         self._states: list[Any] = []
+        self._logs: list[dict] = []
 
     @property
     def max_policy_tokens(self) -> int:
         """Most policy tokens one episode holds, ``max_turns * (max_action_words + 1)`` (each turn's words and
         newline): Dr.GRPO's constant normaliser. An environment where only one turn may be long overrides it."""
         return int(self.max_turns) * (int(self.max_action_words) + 1)
-        self._logs: list[dict] = []
 
     # ----- what a subclass provides -------------------------------------------------------------
     @abstractmethod
