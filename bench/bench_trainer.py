@@ -93,7 +93,8 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
 #: 0.42 (1.00 / 0.84 / 0.80); at 300 Dr.GRPO steps after 9800 SFT steps, 0.98 / 0.72 / 0.28 (0.98 / 0.80 / 0.72).
 #: Level 2 did not move with 6 layers, d_model 192 or a free thought (think=True), each at exercise 9's budget, nor
 #: with planner guidance from the 900-step checkpoint (exercises 12-15 of the crafting lab); its failures fetch a
-#: base item that only a distractor's recipe needs.
+#: base item that only a distractor's recipe needs. Four distractors per training world (train_distractors=4),
+#: from the start or in the last 800 SFT steps only, lowered level 2 after RL (exercise 16).
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, sft_batch_size=32,
                 sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True, eval_every=0,
                 cpu_threads=0,  # all cores: at d_model 128 two threads halve the step time (0.70 -> 0.35 s per SFT step)

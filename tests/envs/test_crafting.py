@@ -384,6 +384,23 @@ def test_level_weights_shape_the_training_draw_and_leave_evaluation_alone():
     assert weighted.sample_tasks(3, 5, split="deeper") == uniform.sample_tasks(3, 5, split="deeper")
 
 
+def test_train_distractors_change_training_worlds_only():
+    from agent_lab.envs.crafting_world import goal_tree
+
+    def distractors(world):
+        return [x for x in world["shown"] if x not in goal_tree(world)]
+
+    plain, more = make_env("crafting"), make_env("crafting", train_distractors=4)
+    drawn = more.sample_tasks(0, 60)
+    assert all(len(distractors(w)) == 4 for w in drawn)
+    assert sorted({len(distractors(w)) for w in plain.sample_tasks(0, 60)}) == [1, 2]  # the levels' own
+    for split in plain.splits:
+        assert more.eval_tasks(split) == plain.eval_tasks(split)
+    assert all(not distractors(w) for w in make_env("crafting", train_distractors=0).sample_tasks(1, 20))
+    with pytest.raises(ValueError, match="train_distractors"):
+        make_env("crafting", train_distractors=-1)
+
+
 def test_action_mask_lists_exactly_the_executable_actions():
     assert make_env("crafting").allowed_actions() is None
     env, world = small_env_and_world(mask_actions=True, max_get=2)
