@@ -385,8 +385,6 @@ def test_level_weights_shape_the_training_draw_and_leave_evaluation_alone():
 
 
 def test_train_distractors_change_training_worlds_only():
-    from agent_lab.envs.crafting_world import goal_tree
-
     def distractors(world):
         return [x for x in world["shown"] if x not in goal_tree(world)]
 
