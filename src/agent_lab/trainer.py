@@ -73,6 +73,8 @@ class TrainConfig:
     sft_lr: float | None = None  # None: same as lr
     sft_lr_decay_steps: int = 0  # the last this many SFT steps anneal sft_lr linearly to 0; 0: constant (see sft_lr_at)
     sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
+    sft_probe_weight: float = 0.0  # SFT also trains a goal-tree probe at the prompt's base items (crafting); see
+    #                                loss_and_stats and Crafting.probe_labels
     sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
     sft_slip_from: int = 0  # recovery demonstrations only from this SFT step on (a late phase); 0: from the start
     weight_decay: float = 0.0
@@ -193,6 +195,13 @@ class TrainConfig:
         w = self.sft_observation_weight
         if not (isinstance(w, (int, float)) and w >= 0 and math.isfinite(w)):
             raise ValueError(f"sft_observation_weight must be a finite number >= 0, got {w!r}")
+        p = self.sft_probe_weight
+        if not (isinstance(p, (int, float)) and p >= 0 and math.isfinite(p)):
+            raise ValueError(f"sft_probe_weight must be a finite number >= 0, got {p!r}")
+        if p > 0 and self.env != "crafting":
+            raise ValueError(f"sft_probe_weight needs probe labels, which only crafting has; env={self.env!r}")
+        if p > 0 and self.sft_phase_steps == 0:
+            raise ValueError("sft_probe_weight has no effect without SFT steps; set sft_steps >= 1 or the weight to 0")
         if not (isinstance(self.sft_slip_prob, (int, float)) and 0 <= self.sft_slip_prob <= 1):
             raise ValueError(f"sft_slip_prob must lie in [0, 1], got {self.sft_slip_prob!r}")
         if self.sft_slip_prob > 0 and w > 0:
@@ -274,15 +283,28 @@ def max_action_tokens(env) -> int:
     return int(env.max_policy_tokens)
 
 
-def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:
+def policy_logits(model, batch: RolloutBatch, temperature: float, with_probe: bool = False) -> Tensor | tuple:
     """Teacher-forced logits ``[B, L-1, V]`` under the sampling transform (recorded masks, temperature),
-    so that with unchanged weights ``token_logprobs`` equals the recorded behaviour log-probs.
+    so that with unchanged weights ``token_logprobs`` equals the recorded behaviour log-probs. With
+    ``with_probe``, also the model's probe logits ``[B, L]`` (one per token, unshifted): ``(logits, probe)``.
 
     Top-p truncation is *not* re-applied (it is not differentiable in the support): with ``top_p < 1`` the
     behaviour policy differs from the trained one, and PPO's ratio is what corrects for it. The pass runs on
     packed rows (:func:`~agent_lab.policy.packing.packed_logits`): same logits, less padding."""
-    logits = packed_logits(model, batch.input_ids, batch.attention_mask)[:, :-1].float()
-    return logits.masked_fill(~batch.allowed_tokens, float("-inf")) / temperature
+    out = packed_logits(model, batch.input_ids, batch.attention_mask, **({"with_probe": True} if with_probe else {}))
+    V = batch.allowed_tokens.shape[-1]
+    logits = out[:, :-1, :V].float().masked_fill(~batch.allowed_tokens, float("-inf")) / temperature
+    return (logits, out[:, :, V].float()) if with_probe else logits
+
+
+def probe_targets(env, tasks: list, shape: tuple[int, int], device) -> Tensor:
+    """``[B, L]`` goal-tree probe targets of demonstration transcripts: each task's ``env.probe_labels``
+    at its prompt's positions (1.., after ``<bos>``), -1 (no target) everywhere else."""
+    out = torch.full(shape, -1, dtype=torch.long)
+    for b, task in enumerate(tasks):
+        labels = env.probe_labels(task)
+        out[b, 1 : 1 + len(labels)] = torch.tensor(labels, dtype=torch.long)
+    return out.to(device)
 
 
 def _task_rng(cfg: TrainConfig, step: int, round_: int = 0) -> np.random.Generator:
@@ -357,6 +379,9 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
     if cfg.sft_observation_weight > 0:
         lines.append(f"SFT auxiliary loss: + {cfg.sft_observation_weight} * mean NLL of the environment's tokens "
                      "(prompt and observations) in the demonstrations")
+    if cfg.sft_probe_weight > 0:
+        lines.append(f"SFT auxiliary loss: + {cfg.sft_probe_weight} * mean binary cross-entropy of a linear probe on the "
+                     "last hidden state at each base item of the prompt: is it in the goal's tree? (Crafting.probe_labels)")
     lines.append(f"phase {2 if sft else 1} ({cfg.steps} steps, batch {cfg.batch_size} = "
                  f"{cfg.batch_size // cfg.group_size} tasks x {cfg.group_size}, lr={cfg.lr}): {algo.describe()}")
     if cfg.guide_coef:
@@ -376,15 +401,20 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
 # ----------------------------------------------------------------------------- one update
 def loss_and_stats(
     model, batch: RolloutBatch, advantages: Tensor, algo: Algorithm, cfg: TrainConfig,
-    ref_logprobs: Tensor | None = None, loss_fn: Callable | None = None,
+    ref_logprobs: Tensor | None = None, loss_fn: Callable | None = None, probe_targets: Tensor | None = None,
 ) -> tuple[Tensor, dict]:
     """The loss of one (mini)batch, globally normalised over workers, and its diagnostics.
 
     ``loss = -reduce_loss(aggregate(surrogate, mask, objective))``; with a student ``loss_fn`` the loss is
     ``loss_fn(logprobs, mask, advantages, max_tokens)`` instead: a 0-dim tensor is used as it is, a pair
     ``(numerator, denominator)`` becomes ``reduce_loss(numerator, denominator)`` (see :func:`train`).
+    ``probe_targets [B, L]`` (1/0, -1 for none; :func:`probe_targets`) adds ``cfg.sft_probe_weight`` times
+    the probe's mean binary cross-entropy over the targeted tokens.
     """
-    z = policy_logits(model, batch, batch.temperature)
+    if probe_targets is not None:
+        z, probe = policy_logits(model, batch, batch.temperature, with_probe=True)
+    else:
+        z = policy_logits(model, batch, batch.temperature)
     targets = batch.input_ids[:, 1:]
     logprobs = token_logprobs(z, targets)  # [B, L-1]
     mask = algo.loss_mask(batch, advantages)
@@ -418,6 +448,17 @@ def loss_and_stats(
             observation_nll = -reduce_loss(o_num, o_den)
             loss = loss + cfg.sft_observation_weight * observation_nll
             stats["observation_nll"] = float(observation_nll.detach())
+    if probe_targets is not None:
+        # Dense supervision of the feature the first gets need: which listed base items the goal's tree uses.
+        # Each SFT transcript has ~3 such get decisions but 3-8 base items with a 1/0 answer apiece.
+        targeted = probe_targets >= 0
+        target = probe_targets.clamp(min=0).float()
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(probe, target, reduction="none")
+        p_num, p_den = aggregate(bce, targeted, "token_mean")
+        probe_loss = reduce_loss(p_num, p_den)
+        loss = loss + cfg.sft_probe_weight * probe_loss
+        stats["probe_loss"] = float(probe_loss.detach())
+        stats["probe_accuracy"] = float(((probe.detach() > 0) == (target > 0))[targeted].float().mean())
     with torch.no_grad():
         lr_tok = token_log_ratios(logprobs.detach(), batch.old_logprobs, am)  # log pi/mu on action tokens
         ratio = lr_tok.exp()[am]
@@ -495,7 +536,7 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
     tok = WordTokenizer.from_env(env)
     torch.manual_seed(cfg.seed)  # identical initial weights on every worker
     model = TinyTransformer(ModelConfig(len(tok), cfg.d_model, cfg.n_layers, cfg.n_heads, max_len=cfg.max_len,
-                                        positions=cfg.positions)).to(device)
+                                        positions=cfg.positions, probe=cfg.sft_probe_weight > 0)).to(device)
     max_tok = max_action_tokens(env)
     rl_algo = "sft" if cfg.algo == "sft" else cfg.algo
     epochs = cfg.ppo_epochs if rl_algo == "ppo" else cfg.rest_em_epochs if rl_algo == "rest_em" else 1
@@ -517,7 +558,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
     if info.enabled:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        ddp_model = DDP(model, device_ids=[info.local_rank] if device.type == "cuda" else None)
+        ddp_model = DDP(model, device_ids=[info.local_rank] if device.type == "cuda" else None,
+                        find_unused_parameters=model.probe is not None)  # the probe sits out the RL phase
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=cfg.weight_decay)
     state = AlgoState()
     ref_model: TinyTransformer | None = None
@@ -576,8 +618,9 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                                         seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)
+            targets = probe_targets(env, tasks, tuple(batch.input_ids.shape), device) if cfg.sft_probe_weight else None
             with _autocast(device, amp_dtype):
-                loss, st = loss_and_stats(ddp_model, batch, adv, algo_now, cfg)
+                loss, st = loss_and_stats(ddp_model, batch, adv, algo_now, cfg, probe_targets=targets)
             st.update(optimizer_step(model, optimizer, loss, cfg.grad_clip))
             row.update(st, loss=float(loss.detach()), success=float(batch.success.float().mean()))
             n_ep = cfg.sft_batch_size

@@ -399,6 +399,25 @@ def test_train_distractors_change_training_worlds_only():
         make_env("crafting", train_distractors=-1)
 
 
+def test_probe_labels_mark_the_base_items_the_goal_tree_needs():
+    from agent_lab.policy import WordTokenizer
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    seen = set()
+    for world, demo in zip(env.sample_tasks(0, 30), env.demonstrations(env.sample_tasks(0, 30))):
+        prompt = demo[0][0]
+        labels = env.probe_labels(world)
+        ids = tok.encode(prompt)
+        assert len(labels) == len(ids)  # one target per prompt token
+        base_line = next(line for line in prompt.split("\n") if line.startswith("base "))
+        targeted = [(tok.decode([i]), y) for i, y in zip(ids, labels) if y >= 0]
+        assert [w for w, _ in targeted] == base_line.split()[1:]  # exactly the base line's items, in order
+        assert all(y == int(w in goal_tree(world)) for w, y in targeted)
+        seen |= {y for _, y in targeted}
+    assert seen == {0, 1}  # distractor-only base items occur, so the probe has something to tell apart
+
+
 def test_action_mask_lists_exactly_the_executable_actions():
     assert make_env("crafting").allowed_actions() is None
     env, world = small_env_and_world(mask_actions=True, max_get=2)

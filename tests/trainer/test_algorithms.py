@@ -166,3 +166,46 @@ def test_sft_observation_weight_adds_the_mean_nll_of_the_environment_tokens(setu
     assert torch.equal(l0, l1) and "observation_nll" not in s1
     with pytest.raises(ValueError, match="sft_observation_weight"):
         TrainConfig(sft_observation_weight=-1.0).validate()
+
+
+def test_sft_probe_weight_adds_the_probes_cross_entropy_at_the_base_items(tmp_path):
+    from agent_lab.evaluation import load_checkpoint
+    from agent_lab.rollout import demonstration_batch
+    from agent_lab.trainer import probe_targets
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    model = tiny_policy(tok, seed=2, probe=True)
+    tasks = env.sample_tasks(4, 6)
+    demo = demonstration_batch(env, tok, tasks)
+    targets = probe_targets(env, tasks, tuple(demo.input_ids.shape), "cpu")
+    algo = make_algorithm("sft", group_size=1, max_tokens=max_action_tokens(env))
+    adv = algo.advantages(demo, AlgoState())
+    cfg = TrainConfig(env="crafting", sft_steps=1, sft_probe_weight=0.5)
+    plain, _ = loss_and_stats(model, demo, adv, algo, cfg)
+    mixed, stats = loss_and_stats(model, demo, adv, algo, cfg, probe_targets=targets)
+    # by hand: the probe logit is the last channel, read at the prompt's base items (after <bos>)
+    with torch.no_grad():
+        probe = model(demo.input_ids, demo.attention_mask, with_probe=True)[..., -1]
+    logit, y = [], []
+    for b, task in enumerate(tasks):
+        for j, label in enumerate(env.probe_labels(task)):
+            if label >= 0:
+                logit.append(probe[b, 1 + j]), y.append(float(label))
+    bce = float(torch.nn.functional.binary_cross_entropy_with_logits(torch.stack(logit), torch.tensor(y)))
+    assert stats["probe_loss"] == pytest.approx(bce, rel=1e-5)
+    assert float(mixed.detach()) == pytest.approx(float(plain.detach()) + 0.5 * bce, rel=1e-5)
+    assert int((targets >= 0).sum()) == len(y) > len(tasks)
+    # a run trains the probe in its SFT steps, logs it and saves it; RL steps leave it alone
+    res = train(TrainConfig(env="crafting", d_model=32, n_layers=1, n_heads=2, max_len=512, sft_steps=8, steps=1,
+                            batch_size=8, group_size=4, sft_batch_size=8, lr=3e-3, eval_every=0,
+                            sft_probe_weight=1.0, run_dir=str(tmp_path)), progress=False)
+    sft_rows = [h for h in res.history if h["phase"] == "sft"]
+    assert len(sft_rows) == 8 and all(0.0 <= h["probe_accuracy"] <= 1.0 for h in sft_rows)
+    assert "probe_loss" not in res.history[-1]
+    loaded, _, _ = load_checkpoint(tmp_path / "checkpoint.pt", "cpu")
+    assert torch.equal(loaded.probe.weight, res.policy.probe.weight)
+    for bad, match in ((dict(sft_probe_weight=-1.0), "finite number"), (dict(sft_probe_weight=1.0), "only crafting"),
+                       (dict(env="crafting", sft_probe_weight=1.0), "without SFT steps")):
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**bad).validate()

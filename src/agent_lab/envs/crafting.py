@@ -463,6 +463,25 @@ class Crafting(TextEnv):
             out.append(pairs), flags.append([t != at for t in range(len(pairs))])
         return out, flags
 
+    def probe_labels(self, task: dict) -> list[int]:
+        """Targets of the goal-tree probe (``TrainConfig.sft_probe_weight``), one per token of the task's
+        prompt as :meth:`WordTokenizer.encode <agent_lab.policy.tokenizer.WordTokenizer.encode>` splits it
+        (the words, and a line break between lines): at each item of the ``base`` line, 1 if the goal's
+        tree needs it and 0 if only distractors do; -1 (no target) everywhere else.
+
+        The base line follows every recipe line, so each target is a function of the tokens up to it:
+        the two-hop question (is this item in a line whose head the goal's line names?) that the policy's
+        first ``get`` actions must answer, asked where the answer is first computable.
+        """
+        world = self._check_task(task)
+        tree = goal_tree(world)
+        labels: list[int] = []
+        for k, line in enumerate(self._prompt(self._new_state(world)).split("\n")):
+            words = line.split()
+            labels += [-1] * (k > 0)  # the line break before this line
+            labels += [int(w in tree) if words[0] == "base" and j > 0 else -1 for j, w in enumerate(words)]
+        return labels
+
     def item_depths(self, task: dict) -> dict[str, int]:
         """Depth of every item of ``task`` (0 for base items)."""
         return item_depths(self._check_task(task))

@@ -36,6 +36,7 @@ class ModelConfig:
     max_len: int = 512  # longest transcript
     dropout: float = 0.0
     positions: str = "learned"  # "learned" position embeddings (GPT-2) or "rope" (rotary: attention sees offsets)
+    probe: bool = False  # a one-logit linear read-out of the last hidden state, for an auxiliary SFT loss
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -171,6 +172,7 @@ class TinyTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # weight tying, as in GPT-2
+        self.probe = nn.Linear(cfg.d_model, 1) if cfg.probe else None
         self.apply(self._init)
         for name, p in self.named_parameters():  # scaled init of residual projections (GPT-2)
             if name.endswith("proj.weight") or name.endswith("out.weight"):
@@ -198,15 +200,18 @@ class TinyTransformer(nn.Module):
         return rotary(positions, self.cfg.d_model // self.cfg.n_heads) if self.cfg.positions == "rope" else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+                segment_ids: torch.Tensor | None = None, with_probe: bool = False) -> torch.Tensor:
         """Teacher-forced logits ``[B, L, V]`` for right-padded ``input_ids [B, L]``.
 
         Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
         enough for real positions; ``attention_mask`` additionally hides padding keys. ``segment_ids
         [B, L]`` (instead of ``attention_mask``) packs several sequences into one row: a token attends only
         to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks padding
-        (see :mod:`agent_lab.policy.packing`).
+        (see :mod:`agent_lab.policy.packing`). ``with_probe`` (a model built with ``probe=True``) appends
+        the probe's logit as channel ``V``: ``[B, L, V + 1]``, one tensor so that packing handles both.
         """
+        if with_probe and self.probe is None:
+            raise ValueError("with_probe=True needs a model built with ModelConfig(probe=True)")
         B, L = input_ids.shape
         idx = torch.arange(L, device=input_ids.device)
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
@@ -225,7 +230,8 @@ class TinyTransformer(nn.Module):
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
-        return self.head(self.ln_f(x))
+        h = self.ln_f(x)
+        return torch.cat([self.head(h), self.probe(h)], -1) if with_probe else self.head(h)
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
         p = self.tok_emb.weight

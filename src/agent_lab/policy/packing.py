@@ -37,8 +37,8 @@ def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def packed_logits(model, input_ids: Tensor, attention_mask: Tensor, min_saving: float = 0.1) -> Tensor:
-    """``model(input_ids, attention_mask)`` for right-padded rows, computed on packed rows.
+def packed_logits(model, input_ids: Tensor, attention_mask: Tensor, min_saving: float = 0.1, **kwargs) -> Tensor:
+    """``model(input_ids, attention_mask, **kwargs)`` for right-padded rows, computed on packed rows.
 
     Logits at padding positions are 0 (they are masked out of every loss). Falls back to the plain pass
     when packing would save fewer than ``min_saving`` of the rows (number-search transcripts are all about
@@ -51,7 +51,7 @@ def packed_logits(model, input_ids: Tensor, attention_mask: Tensor, min_saving: 
         raise ValueError("packed_logits needs right-padded rows (attention_mask a run of True then False)")
     rows = pack_rows(lengths.tolist(), L)
     if len(rows) > (1.0 - min_saving) * B:
-        return model(input_ids, attention_mask)
+        return model(input_ids, attention_mask, **kwargs)
     R = len(rows)
     packed = torch.zeros(R, L, dtype=input_ids.dtype, device=input_ids.device)
     segments = torch.full((R, L), -1, dtype=torch.long, device=input_ids.device)
@@ -65,7 +65,7 @@ def packed_logits(model, input_ids: Tensor, attention_mask: Tensor, min_saving: 
             src.append(torch.arange(r * L + offset, r * L + offset + n))
             dst.append(torch.arange(b * L, b * L + n))
             offset += n
-    logits = model(packed, segment_ids=segments)  # (R, L, V)
+    logits = model(packed, segment_ids=segments, **kwargs)  # (R, L, V)
     V = logits.shape[-1]
     src_i, dst_i = torch.cat(src).to(logits.device), torch.cat(dst).to(logits.device)
     out = logits.new_zeros(B * L, V)
