@@ -297,7 +297,7 @@ def policy_logits(model, batch: RolloutBatch, temperature: float, with_probe: bo
     return (logits, out[:, :, V].float()) if with_probe else logits
 
 
-def probe_targets(env, tasks: list, shape: tuple[int, int], device) -> Tensor:
+def demonstration_probe_targets(env, tasks: list, shape: tuple[int, int], device) -> Tensor:
     """``[B, L]`` goal-tree probe targets of demonstration transcripts: each task's ``env.probe_labels``
     at its prompt's positions (1.., after ``<bos>``), -1 (no target) everywhere else."""
     out = torch.full(shape, -1, dtype=torch.long)
@@ -408,7 +408,7 @@ def loss_and_stats(
     ``loss = -reduce_loss(aggregate(surrogate, mask, objective))``; with a student ``loss_fn`` the loss is
     ``loss_fn(logprobs, mask, advantages, max_tokens)`` instead: a 0-dim tensor is used as it is, a pair
     ``(numerator, denominator)`` becomes ``reduce_loss(numerator, denominator)`` (see :func:`train`).
-    ``probe_targets [B, L]`` (1/0, -1 for none; :func:`probe_targets`) adds ``cfg.sft_probe_weight`` times
+    ``probe_targets [B, L]`` (1/0, -1 for none; :func:`demonstration_probe_targets`) adds ``cfg.sft_probe_weight`` times
     the probe's mean binary cross-entropy over the targeted tokens.
     """
     if probe_targets is not None:
@@ -618,7 +618,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                                         seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)
-            targets = probe_targets(env, tasks, tuple(batch.input_ids.shape), device) if cfg.sft_probe_weight else None
+            targets = (demonstration_probe_targets(env, tasks, tuple(batch.input_ids.shape), device)
+                       if cfg.sft_probe_weight else None)
             with _autocast(device, amp_dtype):
                 loss, st = loss_and_stats(ddp_model, batch, adv, algo_now, cfg, probe_targets=targets)
             st.update(optimizer_step(model, optimizer, loss, cfg.grad_clip))

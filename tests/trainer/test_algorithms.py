@@ -171,14 +171,14 @@ def test_sft_observation_weight_adds_the_mean_nll_of_the_environment_tokens(setu
 def test_sft_probe_weight_adds_the_probes_cross_entropy_at_the_base_items(tmp_path):
     from agent_lab.evaluation import load_checkpoint
     from agent_lab.rollout import demonstration_batch
-    from agent_lab.trainer import probe_targets
+    from agent_lab.trainer import demonstration_probe_targets
 
     env = make_env("crafting")
     tok = WordTokenizer.from_env(env)
     model = tiny_policy(tok, seed=2, probe=True)
     tasks = env.sample_tasks(4, 6)
     demo = demonstration_batch(env, tok, tasks)
-    targets = probe_targets(env, tasks, tuple(demo.input_ids.shape), "cpu")
+    targets = demonstration_probe_targets(env, tasks, tuple(demo.input_ids.shape), "cpu")
     algo = make_algorithm("sft", group_size=1, max_tokens=max_action_tokens(env))
     adv = algo.advantages(demo, AlgoState())
     cfg = TrainConfig(env="crafting", sft_steps=1, sft_probe_weight=0.5)
