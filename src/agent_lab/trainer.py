@@ -38,6 +38,8 @@ from agent_lab import distributed as D
 from agent_lab.algorithms import ALGORITHMS, BASELINES, AlgoState, Algorithm, make_algorithm
 from agent_lab.device import DEVICE_CHOICES, pick_device
 from agent_lab.diagnostics import MetricsWriter, plot_curves
+from agent_lab.envs.base import check_choice
+from agent_lab.envs.crafting import PROBE_SCOPES
 from agent_lab.estimators.aggregation import OBJECTIVES, aggregate, reduce_loss
 from agent_lab.estimators.filtering import mixed_group_rows, unsolved_groups
 from agent_lab.estimators.statistics import degenerate_group_fraction, effective_sample_size
@@ -75,6 +77,8 @@ class TrainConfig:
     sft_observation_weight: float = 0.0  # SFT also predicts the environment's text (an auxiliary loss); see loss_and_stats
     sft_probe_weight: float = 0.0  # SFT also trains a goal-tree probe at the prompt's base items (crafting); see
     #                                loss_and_stats and Crafting.probe_labels
+    sft_probe_scope: str = "base"  # where the probe has targets: "base" (the base line) or "prefix" (every prompt item)
+    sft_probe_layer: int | None = None  # the probe reads block k's output (1..n_layers); None: the last hidden state
     sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
     sft_slip_from: int = 0  # recovery demonstrations only from this SFT step on (a late phase); 0: from the start
     weight_decay: float = 0.0
@@ -202,6 +206,13 @@ class TrainConfig:
             raise ValueError(f"sft_probe_weight needs probe labels, which only crafting has; env={self.env!r}")
         if p > 0 and self.sft_phase_steps == 0:
             raise ValueError("sft_probe_weight has no effect without SFT steps; set sft_steps >= 1 or the weight to 0")
+        check_choice("sft_probe_scope", self.sft_probe_scope, PROBE_SCOPES)
+        if self.sft_probe_layer is not None:
+            if p == 0:
+                raise ValueError("sft_probe_layer has no effect without the probe; set sft_probe_weight > 0 or the layer to None")
+            if not (isinstance(self.sft_probe_layer, int) and 1 <= self.sft_probe_layer <= self.n_layers):
+                raise ValueError(f"sft_probe_layer must be an int in 1..n_layers={self.n_layers} or None, "
+                                 f"got {self.sft_probe_layer!r}")
         if not (isinstance(self.sft_slip_prob, (int, float)) and 0 <= self.sft_slip_prob <= 1):
             raise ValueError(f"sft_slip_prob must lie in [0, 1], got {self.sft_slip_prob!r}")
         if self.sft_slip_prob > 0 and w > 0:
@@ -297,12 +308,12 @@ def policy_logits(model, batch: RolloutBatch, temperature: float, with_probe: bo
     return (logits, out[:, :, V].float()) if with_probe else logits
 
 
-def demonstration_probe_targets(env, tasks: list, shape: tuple[int, int], device) -> Tensor:
-    """``[B, L]`` goal-tree probe targets of demonstration transcripts: each task's ``env.probe_labels``
-    at its prompt's positions (1.., after ``<bos>``), -1 (no target) everywhere else."""
+def demonstration_probe_targets(env, tasks: list, shape: tuple[int, int], device, scope: str = "base") -> Tensor:
+    """``[B, L]`` goal-tree probe targets of demonstration transcripts: each task's ``env.probe_labels(task,
+    scope)`` at its prompt's positions (1.., after ``<bos>``), -1 (no target) everywhere else."""
     out = torch.full(shape, -1, dtype=torch.long)
     for b, task in enumerate(tasks):
-        labels = env.probe_labels(task)
+        labels = env.probe_labels(task, scope)
         out[b, 1 : 1 + len(labels)] = torch.tensor(labels, dtype=torch.long)
     return out.to(device)
 
@@ -381,7 +392,11 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
                      "(prompt and observations) in the demonstrations")
     if cfg.sft_probe_weight > 0:
         lines.append(f"SFT auxiliary loss: + {cfg.sft_probe_weight} * mean binary cross-entropy of a linear probe on the "
-                     "last hidden state at each base item of the prompt: is it in the goal's tree? (Crafting.probe_labels)")
+                     + ("last hidden state" if cfg.sft_probe_layer is None else f"output of block {cfg.sft_probe_layer}")
+                     + (" at each base item of the prompt" if cfg.sft_probe_scope == "base" else
+                        " at each item of the prompt's recipe and base lines")
+                     + ": is it in the goal's tree (as far as the lines so far show)? "
+                     + f"(Crafting.probe_labels, scope {cfg.sft_probe_scope!r})")
     lines.append(f"phase {2 if sft else 1} ({cfg.steps} steps, batch {cfg.batch_size} = "
                  f"{cfg.batch_size // cfg.group_size} tasks x {cfg.group_size}, lr={cfg.lr}): {algo.describe()}")
     if cfg.guide_coef:
@@ -536,7 +551,8 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
     tok = WordTokenizer.from_env(env)
     torch.manual_seed(cfg.seed)  # identical initial weights on every worker
     model = TinyTransformer(ModelConfig(len(tok), cfg.d_model, cfg.n_layers, cfg.n_heads, max_len=cfg.max_len,
-                                        positions=cfg.positions, probe=cfg.sft_probe_weight > 0)).to(device)
+                                        positions=cfg.positions, probe=cfg.sft_probe_weight > 0,
+                                        probe_layer=cfg.sft_probe_layer)).to(device)
     max_tok = max_action_tokens(env)
     rl_algo = "sft" if cfg.algo == "sft" else cfg.algo
     epochs = cfg.ppo_epochs if rl_algo == "ppo" else cfg.rest_em_epochs if rl_algo == "rest_em" else 1
@@ -618,7 +634,7 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
                                         seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)
-            targets = (demonstration_probe_targets(env, tasks, tuple(batch.input_ids.shape), device)
+            targets = (demonstration_probe_targets(env, tasks, tuple(batch.input_ids.shape), device, cfg.sft_probe_scope)
                        if cfg.sft_probe_weight else None)
             with _autocast(device, amp_dtype):
                 loss, st = loss_and_stats(ddp_model, batch, adv, algo_now, cfg, probe_targets=targets)

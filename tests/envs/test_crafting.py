@@ -537,3 +537,23 @@ def test_demonstration_batch_keeps_slips_in_the_transcript_but_out_of_the_action
         assert batch.input_ids[i, 1:][batch.action_mask[i]].tolist() == imitated
         for _, a in demo:  # the slip is still in the transcript the policy reads
             assert a in batch.texts[i].replace("<nl>", "\n")
+
+
+def test_prefix_probe_labels_ask_only_what_the_lines_so_far_show():
+    # The module docstring's world with its lines in a known order: hinge's line comes before the goal's,
+    # so hinge and scroll are not yet known to be needed there; copper's line comes after both.
+    world = {"goal": "wire", "base": ["oar", "scroll"], "budget": 9, "shown": ["hinge", "wire", "mortar", "copper"],
+             "recipes": {"hinge": {"yield": 1, "needs": {"scroll": 2}}, "wire": {"yield": 1, "needs": {"mortar": 1, "hinge": 1}},
+                         "mortar": {"yield": 2, "needs": {"oar": 2}}, "copper": {"yield": 1, "needs": {"scroll": 1}}}}
+    env = make_env("crafting")
+    prompt = env.demonstrations([world])[0][0][0]
+    words = [w for k, line in enumerate(prompt.split("\n")) for w in ["\n"] * (k > 0) + line.split()]
+    prefix, base = env.probe_labels(world, "prefix"), env.probe_labels(world)
+    assert len(prefix) == len(base) == len(words)
+    targeted = [(w, y) for w, y in zip(words, prefix) if y >= 0]
+    assert targeted == [("hinge", 0), ("scroll", 0), ("wire", 1), ("mortar", 1), ("hinge", 1), ("mortar", 1), ("oar", 1),
+                        ("copper", 0), ("scroll", 1), ("oar", 1), ("scroll", 1)]
+    # the base line's targets are the same in both scopes; counts, '=' and keywords have none
+    assert [y for y in base if y >= 0] == [1, 1] and [y for y, b in zip(prefix, base) if b >= 0] == [1, 1]
+    with pytest.raises(ValueError, match="scope"):
+        env.probe_labels(world, "all")

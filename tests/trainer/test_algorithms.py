@@ -178,34 +178,42 @@ def test_sft_probe_weight_adds_the_probes_cross_entropy_at_the_base_items(tmp_pa
     model = tiny_policy(tok, seed=2, probe=True)
     tasks = env.sample_tasks(4, 6)
     demo = demonstration_batch(env, tok, tasks)
-    targets = demonstration_probe_targets(env, tasks, tuple(demo.input_ids.shape), "cpu")
     algo = make_algorithm("sft", group_size=1, max_tokens=max_action_tokens(env))
     adv = algo.advantages(demo, AlgoState())
-    cfg = TrainConfig(env="crafting", sft_steps=1, sft_probe_weight=0.5)
-    plain, _ = loss_and_stats(model, demo, adv, algo, cfg)
-    mixed, stats = loss_and_stats(model, demo, adv, algo, cfg, probe_targets=targets)
-    # by hand: the probe logit is the last channel, read at the prompt's base items (after <bos>)
     with torch.no_grad():
         probe = model(demo.input_ids, demo.attention_mask, with_probe=True)[..., -1]
-    logit, y = [], []
-    for b, task in enumerate(tasks):
-        for j, label in enumerate(env.probe_labels(task)):
-            if label >= 0:
-                logit.append(probe[b, 1 + j]), y.append(float(label))
-    bce = float(torch.nn.functional.binary_cross_entropy_with_logits(torch.stack(logit), torch.tensor(y)))
-    assert stats["probe_loss"] == pytest.approx(bce, rel=1e-5)
-    assert float(mixed.detach()) == pytest.approx(float(plain.detach()) + 0.5 * bce, rel=1e-5)
-    assert int((targets >= 0).sum()) == len(y) > len(tasks)
+    n_targets = {}
+    for scope in ("base", "prefix"):
+        targets = demonstration_probe_targets(env, tasks, tuple(demo.input_ids.shape), "cpu", scope)
+        cfg = TrainConfig(env="crafting", sft_steps=1, sft_probe_weight=0.5, sft_probe_scope=scope)
+        plain, _ = loss_and_stats(model, demo, adv, algo, cfg)
+        mixed, stats = loss_and_stats(model, demo, adv, algo, cfg, probe_targets=targets)
+        # by hand: the probe logit is the last channel, read at the prompt's targeted items (after <bos>)
+        logit, y = [], []
+        for b, task in enumerate(tasks):
+            for j, label in enumerate(env.probe_labels(task, scope)):
+                if label >= 0:
+                    logit.append(probe[b, 1 + j]), y.append(float(label))
+        bce = float(torch.nn.functional.binary_cross_entropy_with_logits(torch.stack(logit), torch.tensor(y)))
+        assert stats["probe_loss"] == pytest.approx(bce, rel=1e-5)
+        assert float(mixed.detach()) == pytest.approx(float(plain.detach()) + 0.5 * bce, rel=1e-5)
+        n_targets[scope] = int((targets >= 0).sum())
+        assert n_targets[scope] == len(y) > len(tasks)
+    assert n_targets["prefix"] > 2 * n_targets["base"]  # every recipe line's items too
     # a run trains the probe in its SFT steps, logs it and saves it; RL steps leave it alone
     res = train(TrainConfig(env="crafting", d_model=32, n_layers=1, n_heads=2, max_len=512, sft_steps=8, steps=1,
                             batch_size=8, group_size=4, sft_batch_size=8, lr=3e-3, eval_every=0,
-                            sft_probe_weight=1.0, run_dir=str(tmp_path)), progress=False)
+                            sft_probe_weight=1.0, sft_probe_scope="prefix", sft_probe_layer=1,
+                            run_dir=str(tmp_path)), progress=False)
     sft_rows = [h for h in res.history if h["phase"] == "sft"]
     assert len(sft_rows) == 8 and all(0.0 <= h["probe_accuracy"] <= 1.0 for h in sft_rows)
     assert "probe_loss" not in res.history[-1]
     loaded, _, _ = load_checkpoint(tmp_path / "checkpoint.pt", "cpu")
-    assert torch.equal(loaded.probe.weight, res.policy.probe.weight)
+    assert torch.equal(loaded.probe.weight, res.policy.probe.weight) and loaded.cfg.probe_layer == 1
     for bad, match in ((dict(sft_probe_weight=-1.0), "finite number"), (dict(sft_probe_weight=1.0), "only crafting"),
-                       (dict(env="crafting", sft_probe_weight=1.0), "without SFT steps")):
+                       (dict(env="crafting", sft_probe_weight=1.0), "without SFT steps"),
+                       (dict(env="crafting", sft_steps=1, sft_probe_weight=1.0, sft_probe_scope="all"), "sft_probe_scope"),
+                       (dict(env="crafting", sft_steps=1, sft_probe_layer=1), "without the probe"),
+                       (dict(env="crafting", sft_steps=1, sft_probe_weight=1.0, sft_probe_layer=3), "1..n_layers")):
         with pytest.raises(ValueError, match=match):
             TrainConfig(**bad).validate()

@@ -70,8 +70,11 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1, 1)})
     monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
                                             "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
-    first = bench.crafting("quick", eval_size=3, probe_weight=1.0, run_dir=str(tmp_path))
+    first = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
+                           run_dir=str(tmp_path))
     saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 3 and saved["config"]["sft_probe_weight"] == 1.0
-    again = bench.crafting("quick", eval_size=3, probe_weight=1.0, run_dir=str(tmp_path))  # nothing left to train
+    assert saved["config"]["sft_probe_scope"] == "prefix" and saved["config"]["sft_probe_layer"] == 1
+    again = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
+                           run_dir=str(tmp_path))  # nothing left to train
     assert again == first

@@ -88,9 +88,10 @@ from agent_lab.envs.crafting_world import (
     thought,
 )
 
-__all__ = ["Crafting", "SHAPINGS", "PLANS"]
+__all__ = ["Crafting", "SHAPINGS", "PLANS", "PROBE_SCOPES"]
 
 SHAPINGS = ("none", "first_craft", "distance")
+PROBE_SCOPES = ("base", "prefix")  # where the goal-tree probe has targets; see Crafting.probe_labels
 # The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
 PLANS = {
     "fetch_first": shortest_plan,
@@ -463,23 +464,40 @@ class Crafting(TextEnv):
             out.append(pairs), flags.append([t != at for t in range(len(pairs))])
         return out, flags
 
-    def probe_labels(self, task: dict) -> list[int]:
+    def probe_labels(self, task: dict, scope: str = "base") -> list[int]:
         """Targets of the goal-tree probe (``TrainConfig.sft_probe_weight``), one per token of the task's
         prompt as :meth:`WordTokenizer.encode <agent_lab.policy.tokenizer.WordTokenizer.encode>` splits it
-        (the words, and a line break between lines): at each item of the ``base`` line, 1 if the goal's
-        tree needs it and 0 if only distractors do; -1 (no target) everywhere else.
+        (the words, and a line break between lines); -1 (no target) where there is none.
 
-        The base line follows every recipe line, so each target is a function of the tokens up to it:
-        the two-hop question (is this item in a line whose head the goal's line names?) that the policy's
-        first ``get`` actions must answer, asked where the answer is first computable.
+        ``scope="base"``: at each item of the ``base`` line, 1 if the goal's tree needs it and 0 if only
+        distractors do. The base line follows every recipe line, so each target is a function of the
+        tokens up to it: the two-hop question (is this item in a line whose head the goal's line names?)
+        that the policy's first ``get`` actions must answer, asked where the answer is first computable.
+
+        ``scope="prefix"``: also at every item of every recipe line (its head and its ingredients), 1 if
+        the item is in the goal's tree *as the lines up to and including this one show it* (the closure of
+        the goal under those recipes), else 0. The recipe lines come shuffled, so an item in a line above the
+        goal's is not yet known to be needed; the prefix target asks only what the context can answer, and
+        it gives the one-hop steps of the same look-up (an ingredient of a needed line is needed) their own
+        targets. The base-line targets are the same in both scopes.
         """
+        check_choice("scope", scope, PROBE_SCOPES)
         world = self._check_task(task)
-        tree = goal_tree(world)
+        recipes, lines = world["recipes"], self._prompt(self._new_state(world)).split("\n")
+        tree, seen_lines = goal_tree(world), set()
         labels: list[int] = []
-        for k, line in enumerate(self._prompt(self._new_state(world)).split("\n")):
+        for k, line in enumerate(lines):
             words = line.split()
             labels += [-1] * (k > 0)  # the line break before this line
-            labels += [int(w in tree) if words[0] == "base" and j > 0 else -1 for j, w in enumerate(words)]
+            if words[0] == "base":
+                labels += [-1] + [int(w in tree) for w in words[1:]]
+            elif scope == "prefix" and "=" in words:
+                seen_lines.add(words[0])
+                known = goal_tree({"goal": world["goal"], "recipes": {x: recipes[x] for x in seen_lines}})
+                labels += [int(w in known) if j == 0 or (j > words.index("=") and j % 2 == 1) else -1
+                           for j, w in enumerate(words)]
+            else:
+                labels += [-1] * len(words)
         return labels
 
     def item_depths(self, task: dict) -> dict[str, int]:

@@ -37,6 +37,7 @@ class ModelConfig:
     dropout: float = 0.0
     positions: str = "learned"  # "learned" position embeddings (GPT-2) or "rope" (rotary: attention sees offsets)
     probe: bool = False  # a one-logit linear read-out of the last hidden state, for an auxiliary SFT loss
+    probe_layer: int | None = None  # the probe reads the residual stream after this block (1..n_layers); None: the last
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -49,6 +50,11 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.probe_layer is not None:
+            if not self.probe:
+                raise ValueError("probe_layer needs probe=True")
+            if not (isinstance(self.probe_layer, int) and 1 <= self.probe_layer <= self.n_layers):
+                raise ValueError(f"probe_layer must be an int in 1..n_layers={self.n_layers} or None, got {self.probe_layer!r}")
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = {self.d_model // self.n_heads}")
 
@@ -209,6 +215,8 @@ class TinyTransformer(nn.Module):
         to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks padding
         (see :mod:`agent_lab.policy.packing`). ``with_probe`` (a model built with ``probe=True``) appends
         the probe's logit as channel ``V``: ``[B, L, V + 1]``, one tensor so that packing handles both.
+        With ``probe_layer`` the probe reads block ``probe_layer``'s output (layer-normed without parameters)
+        instead of the last hidden state, so later blocks at other positions can attend to what it is taught.
         """
         if with_probe and self.probe is None:
             raise ValueError("with_probe=True needs a model built with ModelConfig(probe=True)")
@@ -228,10 +236,13 @@ class TinyTransformer(nn.Module):
             if attention_mask is not None:
                 mask = (mask & attention_mask.bool()[:, None, None, :]) | eye  # (B, 1, L, L)
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
+        read = None
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
+            if with_probe and i + 1 == self.cfg.probe_layer:
+                read = F.layer_norm(x, (self.cfg.d_model,))
         h = self.ln_f(x)
-        return torch.cat([self.head(h), self.probe(h)], -1) if with_probe else self.head(h)
+        return torch.cat([self.head(h), self.probe(h if read is None else read)], -1) if with_probe else self.head(h)
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
         p = self.tok_emb.weight
