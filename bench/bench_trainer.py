@@ -25,6 +25,7 @@ import statistics
 import time
 
 from agent_lab.diagnostics import summary_table
+from agent_lab.envs.crafting import PROBE_SCOPES
 from agent_lab.trainer import TrainConfig, fast_number_search_config, train
 
 #: Pure RL from random weights: the candidate mask, large groups (16 samples of 32 tasks) and a small entropy
@@ -162,7 +163,7 @@ def main(argv=None) -> None:
     mode.add_argument("--full", action="store_true")
     p.add_argument("--only", choices=("number-search", "crafting"), default=None)
     p.add_argument("--probe-weight", type=float, default=0.0, help="crafting: sft_probe_weight (default 0: off)")
-    p.add_argument("--probe-scope", choices=("base", "prefix"), default="base",
+    p.add_argument("--probe-scope", choices=PROBE_SCOPES, default="base",
                    help="crafting: sft_probe_scope, where the probe has targets (default: the base line)")
     p.add_argument("--probe-layer", type=int, default=None,
                    help="crafting: sft_probe_layer, the block whose output the probe reads (default: the last hidden state)")
