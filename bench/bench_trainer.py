@@ -101,7 +101,9 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
 #: from DIR if interrupted): 1.00 / 0.70 / 0.48 (1.00 / 0.86 / 0.84; held-out goals masked 1.00 / 0.92 / 0.80), one
 #: seed and 50 worlds a cell, so the recipe here does not use it yet. Probe targets at every prompt item
 #: (sft_probe_scope="prefix") made the probe more accurate and the policy worse; read from block 3 of 4
-#: (sft_probe_layer=3) the probe stayed near chance at depth 2 (exercise 18).
+#: (sft_probe_layer=3) the probe stayed near chance at depth 2 (exercise 18); 6 layers with it read from block 4
+#: led after SFT and trailed after RL. DAgger in the last 800 SFT steps (sft_dagger_prob=0.5) helped episodes
+#: recover after leaving the plan, not level 2, whose failures never fetch a needed base item (exercise 19).
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, sft_batch_size=32,
                 sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True, eval_every=0,
                 cpu_threads=0,  # all cores: at d_model 128 two threads halve the step time (0.70 -> 0.35 s per SFT step)

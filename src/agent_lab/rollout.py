@@ -17,6 +17,7 @@ one while the weights have not changed (seed 004 §19).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -488,7 +489,7 @@ def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
 
 
 def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None, slip_prob: float = 0.0,
-                        seed_or_rng=None) -> RolloutBatch:
+                        seed_or_rng=None, policy_actions: Sequence[Sequence[str] | None] | None = None) -> RolloutBatch:
     """The planner's demonstrations for ``tasks`` as a :class:`RolloutBatch` (for SFT and ReST-style losses).
 
     Transcripts have exactly the rollout layout (``<bos> obs <nl> action <nl> obs <nl> ...``); the
@@ -498,7 +499,10 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
     ``old_logprobs`` is 0: the demonstrator is not a policy with known token probabilities.
     With ``slip_prob > 0`` (environments with ``recovery_demonstrations``) some transcripts contain one
     off-plan action followed by the planner's recovery; the slip's tokens stay in the transcript but out of
-    ``action_mask``, so only the recovery is imitated.
+    ``action_mask``, so only the recovery is imitated. ``policy_actions`` (environments with
+    ``branched_demonstrations``): per task, ``None`` or the action texts of the trained policy's own episode
+    on it; those tasks get DAgger's demonstration instead, the policy's episode up to a random turn (kept in the
+    transcript, out of ``action_mask``) and the planner's plan from there.
     """
     tok = tokenizer
     device = device or torch.device("cpu")
@@ -509,6 +513,17 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
     else:
         demos = env.demonstrations(tasks)
         trained = [[True] * len(d) for d in demos]
+    if policy_actions is not None:
+        if not hasattr(env, "branched_demonstrations"):
+            raise ValueError(f"policy_actions needs an environment with branched_demonstrations; {env.name} has none")
+        if len(policy_actions) != len(tasks):
+            raise ValueError(f"policy_actions must hold one entry per task: {len(policy_actions)} for {len(tasks)} tasks")
+        picked = [k for k, a in enumerate(policy_actions) if a is not None]
+        if picked:
+            branched = env.branched_demonstrations([tasks[k] for k in picked], [policy_actions[k] for k in picked],
+                                                   seed_or_rng)
+            for k, d, f in zip(picked, *branched):
+                demos[k], trained[k] = d, f
     constraint = _ActionConstraint(tok, int(env.max_action_words), torch.device("cpu"))
     env.reset(tasks)
     T = max(len(d) for d in demos)

@@ -81,6 +81,9 @@ class TrainConfig:
     sft_probe_layer: int | None = None  # the probe reads block k's output (1..n_layers); None: the last hidden state
     sft_slip_prob: float = 0.0  # share of demonstrations with one off-plan action and the planner's recovery (crafting)
     sft_slip_from: int = 0  # recovery demonstrations only from this SFT step on (a late phase); 0: from the start
+    sft_dagger_prob: float = 0.0  # share of demonstrations that start from the policy's own sampled episode (DAgger;
+    #                               crafting): replayed to a random turn, then the planner's plan; see dagger_actions
+    sft_dagger_from: int = 0  # DAgger demonstrations only from this SFT step on; 0: from the start
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     # policy
@@ -146,8 +149,8 @@ class TrainConfig:
             raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {self.env!r}")
         if self.algo not in ALGORITHMS:
             raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {self.algo!r}")
-        for name in ("steps", "sft_steps", "sft_slip_from", "sft_lr_decay_steps", "eval_every", "checkpoint_every",
-                     "cpu_threads", "resample_rounds"):
+        for name in ("steps", "sft_steps", "sft_slip_from", "sft_dagger_from", "sft_lr_decay_steps", "eval_every",
+                     "checkpoint_every", "cpu_threads", "resample_rounds"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {v!r}")
@@ -213,16 +216,19 @@ class TrainConfig:
             if not (isinstance(self.sft_probe_layer, int) and 1 <= self.sft_probe_layer <= self.n_layers):
                 raise ValueError(f"sft_probe_layer must be an int in 1..n_layers={self.n_layers} or None, "
                                  f"got {self.sft_probe_layer!r}")
-        if not (isinstance(self.sft_slip_prob, (int, float)) and 0 <= self.sft_slip_prob <= 1):
-            raise ValueError(f"sft_slip_prob must lie in [0, 1], got {self.sft_slip_prob!r}")
-        if self.sft_slip_prob > 0 and w > 0:
-            raise ValueError("sft_slip_prob and sft_observation_weight cannot be combined: the auxiliary loss would "
-                             "learn to predict the slips; set one of them to 0")
-        if self.sft_slip_prob > 0 and self.env != "crafting":
-            raise ValueError(f"sft_slip_prob needs recovery demonstrations, which only crafting has; env={self.env!r}")
-        if self.sft_slip_from > 0 and not (self.sft_slip_prob > 0 and self.sft_slip_from < self.sft_phase_steps):
-            raise ValueError(f"sft_slip_from={self.sft_slip_from} has no effect: it needs sft_slip_prob > 0 and fewer "
-                             f"than the {self.sft_phase_steps} SFT steps; set sft_slip_from=0 or change those")
+        for kind, shown, source in (("slip", "the slips", "recovery"), ("dagger", "the policy's mistakes", "branched")):
+            prob, first = getattr(self, f"sft_{kind}_prob"), getattr(self, f"sft_{kind}_from")
+            if not (isinstance(prob, (int, float)) and 0 <= prob <= 1):
+                raise ValueError(f"sft_{kind}_prob must lie in [0, 1], got {prob!r}")
+            if prob > 0 and w > 0:
+                raise ValueError(f"sft_{kind}_prob and sft_observation_weight cannot be combined: the auxiliary loss "
+                                 f"would learn to predict {shown}; set one of them to 0")
+            if prob > 0 and self.env != "crafting":
+                raise ValueError(f"sft_{kind}_prob needs {source} demonstrations, which only crafting has; "
+                                 f"env={self.env!r}")
+            if first > 0 and not (prob > 0 and first < self.sft_phase_steps):
+                raise ValueError(f"sft_{kind}_from={first} has no effect: it needs sft_{kind}_prob > 0 and fewer than "
+                                 f"the {self.sft_phase_steps} SFT steps; set sft_{kind}_from=0 or change those")
         if self.sft_lr_decay_steps > self.sft_phase_steps:
             raise ValueError(f"sft_lr_decay_steps={self.sft_lr_decay_steps} is more than the {self.sft_phase_steps} SFT "
                              "steps it would anneal; lower it or add SFT steps")
@@ -372,6 +378,24 @@ def sft_lr_at(cfg: TrainConfig, step: int) -> float:
     return lr0 if step < end - d else lr0 * (end - step) / d
 
 
+def dagger_actions(model, tok, env, tasks: list, cfg: TrainConfig, step: int, info, device,
+                   amp_dtype) -> tuple[list[list[str] | None], dict]:
+    """DAgger's half of an SFT step: each task is drawn with probability ``sft_dagger_prob``, the policy plays
+    the drawn ones (sampled as the run declares, without gradients), and their action texts are returned
+    (``None`` for the others) for :func:`~agent_lab.rollout.demonstration_batch`; plus the row's figures."""
+    drawn = np.flatnonzero(np.random.default_rng([cfg.seed, step, 13, info.rank]).random(len(tasks)) < cfg.sft_dagger_prob)
+    acts: list[list[str] | None] = [None] * len(tasks)
+    if len(drawn) == 0:
+        return acts, {"dagger_episodes": 0}
+    sampling = SamplingConfig(cfg.temperature, cfg.top_p, "sampled", cfg.candidate_mask)
+    played = collect_rollouts(model, tok, env, [tasks[k] for k in drawn], sampling,
+                              _sample_generator(cfg, step, info.rank, device), policy_version=step,
+                              autocast_dtype=amp_dtype)
+    for k, log in zip(drawn, played.episode_logs):
+        acts[k] = [turn["text"] for turn in log["turns"]]
+    return acts, {"dagger_episodes": len(drawn), "dagger_success": float(played.success.float().mean())}
+
+
 def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_params: int) -> str:
     lines = [f"agent-lab train: env={cfg.env} {cfg.env_options or ''} algo={cfg.algo} seed={cfg.seed}",
              f"policy: decoder-only transformer d_model={cfg.d_model} n_layers={cfg.n_layers} "
@@ -387,6 +411,11 @@ def describe_run(cfg: TrainConfig, algo: Algorithm, sft: Algorithm | None, n_par
         lines.append(f"SFT recovery demonstrations: {cfg.sft_slip_prob:.0%} of transcripts contain one off-plan action "
                      "(not imitated), then the planner's shortest plan from there"
                      + (f"; from SFT step {cfg.sft_slip_from} on" if cfg.sft_slip_from else ""))
+    if cfg.sft_dagger_prob > 0:
+        lines.append(f"SFT DAgger demonstrations: {cfg.sft_dagger_prob:.0%} of transcripts replay the policy's own "
+                     "episode on the task (sampled as declared above, not imitated) to a uniformly drawn turn, then "
+                     "the planner's shortest plan from there"
+                     + (f"; from SFT step {cfg.sft_dagger_from} on" if cfg.sft_dagger_from else ""))
     if cfg.sft_observation_weight > 0:
         lines.append(f"SFT auxiliary loss: + {cfg.sft_observation_weight} * mean NLL of the environment's tokens "
                      "(prompt and observations) in the demonstrations")
@@ -630,7 +659,11 @@ def _train(cfg: TrainConfig, device: torch.device, advantage_fn, loss_fn, progre
         if is_sft:
             tasks = env.sample_tasks(_task_rng(cfg, step), cfg.sft_batch_size, split="train")[D.shard(cfg.sft_batch_size, info)]
             slip_prob = cfg.sft_slip_prob if step >= cfg.sft_slip_from else 0.0
-            batch = demonstration_batch(env, tok, tasks, device, slip_prob=slip_prob,
+            acts = None
+            if cfg.sft_dagger_prob > 0 and step >= cfg.sft_dagger_from:
+                acts, dagger_row = dagger_actions(model, tok, env, tasks, cfg, step, info, device, amp_dtype)
+                row.update(dagger_row)
+            batch = demonstration_batch(env, tok, tasks, device, slip_prob=slip_prob, policy_actions=acts,
                                         seed_or_rng=np.random.default_rng([cfg.seed, step, 11, info.rank]))
             algo_now = sft or algo
             adv = algo_now.advantages(batch, state)

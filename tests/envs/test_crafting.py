@@ -539,6 +539,80 @@ def test_demonstration_batch_keeps_slips_in_the_transcript_but_out_of_the_action
             assert a in batch.texts[i].replace("<nl>", "\n")
 
 
+def _replay(task, actions):
+    twin = make_env("crafting")
+    twin.reset([task])
+    for a in actions:
+        twin.step([a])
+    return twin
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_branched_demonstrations_replay_the_policy_then_follow_the_planner_to_success(plan):
+    env = make_env("crafting", plan=plan)
+    tasks = env.sample_tasks(5, 40)
+    plain = env.demonstrations(tasks)
+    # a policy that wastes its first step on a listed base item, then plays the plan: every prefix of its
+    # episode is a state the planner can finish from (the budget has slack), none of them on the plan's path
+    episodes = [[f"get {t['base'][0]} 1"] + [a for _, a in d] for t, d in zip(tasks, plain)]
+    demos, trained = env.branched_demonstrations(tasks, episodes, np.random.default_rng(0))
+    turns = []
+    for task, episode, demo, keep in zip(tasks, episodes, demos, trained):
+        at = keep.index(True)  # the policy's actions come first and are not imitated, the planner's all are
+        turns.append(at)
+        assert keep == [False] * at + [True] * (len(demo) - at) and len(demo) <= task["budget"]
+        assert [a for _, a in demo[:at]] == episode[:at]
+        if at:  # the planner's shortest plan from the state the policy's actions left
+            inventory = dict(_replay(task, episode[:at])._states[0].inventory)
+            assert [a for _, a in demo[at:]] == env.planner_plan(task, inventory)
+        else:
+            assert demo == env.demonstrations([task])[0]
+        assert bool(_replay(task, [a for _, a in demo])._success[0]), "the branched transcript must solve the task"
+    assert len(set(turns)) >= 4, f"the branch turn must be drawn, got {turns}"
+    # the policy's own episode, if it is the plan, gives the plain demonstration wherever it branches
+    assert env.branched_demonstrations(tasks, [[a for _, a in d] for d in plain], 1)[0] == plain
+
+
+def test_branched_demonstrations_step_back_to_a_state_the_planner_can_finish_from():
+    env = make_env("crafting")
+    task = env.sample_tasks(2, 1)[0]
+    waste = [f"get {task['base'][0]} 1"] * task["budget"]  # uses up every step: only an early branch can recover
+    demos, trained = env.branched_demonstrations([task] * 30, [waste] * 30, np.random.default_rng(3))
+    slack = task["budget"] - env.optimal_steps(task)
+    for demo, keep in zip(demos, trained):
+        at = keep.index(True)
+        assert at <= slack and bool(_replay(task, [a for _, a in demo])._success[0])
+    assert max(keep.index(True) for keep in trained) == slack, "the latest turn that can still finish is kept"
+    with pytest.raises(ValueError, match="one episode per task"):
+        env.branched_demonstrations([task], [], 0)
+    with pytest.raises(ValueError, match="list of action texts"):
+        env.branched_demonstrations([task], ["get oak 1"], 0)
+
+
+def test_demonstration_batch_keeps_the_policy_actions_in_the_transcript_but_out_of_the_action_mask():
+    from agent_lab.policy import WordTokenizer
+    from agent_lab.rollout import demonstration_batch
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    tasks = env.sample_tasks(6, 8)
+    episodes = [[f"craft {t['goal']}", f"get {t['base'][-1]} 2"] for t in tasks]  # a policy's wrong first moves
+    acts = [e if k % 2 else None for k, e in enumerate(episodes)]  # every other task branches from its episode
+    batch = demonstration_batch(env, tok, tasks, policy_actions=acts, seed_or_rng=np.random.default_rng(1))
+    branched, keeps = env.branched_demonstrations(tasks[1::2], episodes[1::2], np.random.default_rng(1))
+    plain = env.demonstrations(tasks)
+    assert bool(batch.success.all())
+    for i in range(len(tasks)):
+        demo, keep = (branched[i // 2], keeps[i // 2]) if i % 2 else (plain[i], [True] * len(plain[i]))
+        imitated = [t for (_, a), k in zip(demo, keep) if k for t in tok.encode(a) + [tok.nl_id]]
+        assert batch.input_ids[i, 1:][batch.action_mask[i]].tolist() == imitated
+        for _, a in demo:  # the policy's actions are still in the transcript the policy reads
+            assert a in batch.texts[i].replace("<nl>", "\n")
+    assert any(not all(k) for k in keeps), "some branches keep policy actions"
+    with pytest.raises(ValueError, match="one entry per task"):
+        demonstration_batch(env, tok, tasks, policy_actions=acts[:2])
+
+
 def test_prefix_probe_labels_ask_only_what_the_lines_so_far_show():
     # The module docstring's world with its lines in a known order: hinge's line comes before the goal's,
     # so hinge and scroll are not yet known to be needed there; copper's line comes after both.

@@ -79,6 +79,25 @@ def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     assert "from SFT step 2 on" in (tmp_path / "late" / "loss.txt").read_text()
 
 
+def test_dagger_demonstrations_start_at_sft_dagger_from_and_resume_exactly(tmp_path):
+    base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8,
+            "candidate_mask": True, "checkpoint_every": 1}
+    plain = train(TrainConfig(**base), run_dir=str(tmp_path / "plain"), progress=False)
+    cfg = TrainConfig(**base, sft_dagger_prob=0.5, sft_dagger_from=2)
+    late = train(cfg, run_dir=str(tmp_path / "late"), progress=False)
+    loss = lambda r: [h["loss"] for h in r.history]  # noqa: E731
+    assert loss(late)[:2] == loss(plain)[:2], "steps before sft_dagger_from must see plain demonstrations"
+    assert loss(late)[2:] != loss(plain)[2:], "from sft_dagger_from on, some demonstrations start from the policy's"
+    assert [h.get("dagger_episodes", 0) for h in late.history][:2] == [0, 0]
+    assert all(0 < h["dagger_episodes"] < 8 and 0 <= h["dagger_success"] <= 1 for h in late.history[2:])
+    assert "SFT DAgger demonstrations: 50%" in (tmp_path / "late" / "loss.txt").read_text()
+    train(cfg, run_dir=str(tmp_path / "b"), stop_after=3, progress=False)  # stopped mid-DAgger, then resumed
+    resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
+    assert loss(resumed) == loss(late)
+    for k, v in late.policy.state_dict().items():
+        assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
+
+
 def test_sft_learning_rate_is_constant_then_decays_linearly_over_the_last_steps(tmp_path):
     cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 5, "steps": 2, "sft_lr": 1e-3, "lr": 5e-4,
                          "sft_lr_decay_steps": 4})
@@ -111,6 +130,12 @@ BAD = [
     ({"env": "crafting", "sft_steps": 4, "sft_slip_prob": 0.5, "sft_slip_from": 4}, "fewer than the 4 SFT steps"),
     ({"env": "crafting", "algo": "sft", "sft_steps": 2, "steps": 3, "sft_slip_prob": 0.5, "sft_slip_from": 5},
      "fewer than the 5 SFT steps"),
+    ({"env": "crafting", "sft_dagger_prob": -0.1}, "sft_dagger_prob must lie in"),
+    ({"sft_dagger_prob": 0.5}, "only crafting has"),
+    ({"env": "crafting", "sft_dagger_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
+    ({"env": "crafting", "sft_dagger_from": -1}, "sft_dagger_from must be a non-negative int"),
+    ({"env": "crafting", "sft_steps": 4, "sft_dagger_from": 2}, "needs sft_dagger_prob > 0"),
+    ({"env": "crafting", "sft_steps": 4, "sft_dagger_prob": 0.5, "sft_dagger_from": 4}, "fewer than the 4 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
     ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps=4 is more than the 3 SFT steps"),
     ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be a non-negative int"),

@@ -444,25 +444,67 @@ class Crafting(TextEnv):
             options += [f"craft {x}" for x in world["shown"]]
             options = [a for a in options if a != demo[at][1]]
             slip = options[int(rng.integers(0, len(options)))]
-            twin = Crafting(**self.options)
-            twin.reset([world])
-            for _, action in demo[:at]:  # the plan's prefix (its observations are already in ``demo``)
-                twin.step([action])
-            step = twin.step([slip])
-            state = twin._states[0]
-            rest = self.planner_plan(world, dict(state.inventory))  # a dict, never None: no second thought
-            if step.done[0] or state.turns + len(rest) > world["budget"]:
-                out.append(demo), flags.append([True] * len(demo))  # no room to recover: keep the plain plan
+            pairs = self._planner_finish(world, [a for _, a in demo[:at]] + [slip])
+            if pairs is None:  # no room to recover: keep the plain plan
+                out.append(demo), flags.append([True] * len(demo))
                 continue
-            pairs = [*demo[:at], (demo[at][0], slip)]
-            obs = step.observations[0]
-            for action in rest:
-                pairs.append((obs, action))
-                obs = twin.step([action]).observations[0]
-            if not twin._success[0]:
-                raise AssertionError(f"the planner failed to recover after {slip!r} in world seed {world.get('seed')}")
             out.append(pairs), flags.append([t != at for t in range(len(pairs))])
         return out, flags
+
+    def branched_demonstrations(
+        self, tasks: Sequence[dict], actions: Sequence[Sequence[str]], seed_or_rng: Any
+    ) -> tuple[list[list[tuple[str, str]]], list[list[bool]]]:
+        """DAgger's demonstrations (Ross, Gordon and Bagnell 2011): states the *trained policy* visits, labelled
+        by the planner. Per task, ``actions[k]`` (the policy's own episode on it) is replayed up to a turn drawn
+        uniformly from ``0..len(actions[k])``, and the planner's shortest plan finishes from the state it
+        reached; plus, per action, whether it is the planner's (train on those only). A turn after which the
+        planner can no longer finish within the budget (or the episode is over) is replaced by the latest
+        earlier one that can; turn 0, the start, always can.
+
+        Plain and slip demonstrations show only states near the planner's own path; a cloned policy that errs
+        otherwise lands where no demonstration has been (the repeated ``get`` or ``craft`` of the crafting
+        benchmark's failures). Here the states come from the policy itself, so the imitation covers exactly
+        the states it reaches, its own mistakes included.
+        """
+        if len(actions) != len(tasks):
+            raise ValueError(f"actions must hold one episode per task: {len(actions)} for {len(tasks)} tasks")
+        rng = as_rng(seed_or_rng)
+        out, flags = [], []
+        for task, acts in zip(tasks, actions):
+            world = self._check_task(task)
+            if isinstance(acts, (str, bytes)) or not all(isinstance(a, str) for a in acts):
+                raise ValueError(f"each episode in actions must be a list of action texts, got {acts!r}")
+            at = int(rng.integers(0, len(acts) + 1))
+            while (pairs := self._planner_finish(world, list(acts[:at]))) is None:
+                at -= 1
+            out.append(pairs), flags.append([t >= at for t in range(len(pairs))])
+        return out, flags
+
+    def _planner_finish(self, world: dict, prefix: list[str]) -> list[tuple[str, str]] | None:
+        """``prefix`` played from the start in a private copy of this environment, then the planner's shortest
+        plan from the state it leaves, as ``(observation before the action, action)`` pairs; ``None`` if the
+        prefix ends the episode or the plan would overrun the budget."""
+        if not prefix:
+            return self._play_plans([world])[0][0]
+        twin = Crafting(**self.options)
+        obs = twin.reset([world])[0]
+        pairs = []
+        for action in prefix:
+            pairs.append((obs, action))
+            step = twin.step([action])
+            if step.done[0]:
+                return None
+            obs = step.observations[0]
+        state = twin._states[0]
+        rest = self.planner_plan(world, dict(state.inventory))  # a dict, never None: no second thought
+        if state.turns + len(rest) > world["budget"]:
+            return None
+        for action in rest:
+            pairs.append((obs, action))
+            obs = twin.step([action]).observations[0]
+        if not twin._success[0]:
+            raise AssertionError(f"the planner failed to finish after {prefix!r} in world seed {world.get('seed')}")
+        return pairs
 
     def probe_labels(self, task: dict, scope: str = "base") -> list[int]:
         """Targets of the goal-tree probe (``TrainConfig.sft_probe_weight``), one per token of the task's
