@@ -104,6 +104,10 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
 #: (sft_probe_layer=3) the probe stayed near chance at depth 2 (exercise 18); 6 layers with it read from block 4
 #: led after SFT and trailed after RL. DAgger in the last 800 SFT steps (sft_dagger_prob=0.5) helped episodes
 #: recover after leaving the plan, not level 2, whose failures never fetch a needed base item (exercise 19).
+#: Showing the prompt twice (--reread, env option reread=True) did what none of those did: after the standard
+#: budget's 5800 SFT steps alone, masked, 1.00 / 0.96 / 0.94 (held-out goals 1.00 / 0.98 / 0.92; on 200 worlds a
+#: level 1.000 / 0.975 / 0.925), at 1.4x the time per SFT step (exercise 20). Its Dr.GRPO phase and the full budget
+#: with it are not measured yet, so the default recipe here is still the plain one.
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, sft_batch_size=32,
                 sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True, eval_every=0,
                 cpu_threads=0,  # all cores: at d_model 128 two threads halve the step time (0.70 -> 0.35 s per SFT step)
@@ -112,13 +116,14 @@ CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads
                 sft_slip_prob=0.5)  # recovery demonstrations, only in the last SFT steps (see CRAFTING_BUDGET)
 #: (SFT steps, first SFT step with recovery demonstrations, Dr.GRPO steps) of each mode: a fixed budget in
 #: steps, so runs compare across machines. The SFT learning rate anneals to zero over the recovery phase.
-CRAFTING_BUDGET = {"quick": (1500, 1200, 100), "full": (9800, 9000, 900)}
+CRAFTING_BUDGET = {"quick": (1500, 1200, 100), "standard": (5800, 5000, 300), "full": (9800, 9000, 900)}
 
 
 def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float = 0.0, probe_scope: str = "base",
-             probe_layer: int | None = None, run_dir: str | None = None) -> list[dict]:
+             probe_layer: int | None = None, run_dir: str | None = None, reread: bool = False) -> list[dict]:
     """The crafting benchmark's rows. ``probe_weight``, ``probe_scope``, ``probe_layer``: ``sft_probe_weight``,
-    ``sft_probe_scope`` and ``sft_probe_layer`` (exercises 17 and 18 of the crafting lab).
+    ``sft_probe_scope`` and ``sft_probe_layer`` (exercises 17 and 18 of the crafting lab). ``reread``: the
+    environment shows the prompt twice, in training and evaluation alike (exercise 20).
     ``run_dir``: keep the run there, checkpointed every 100 steps, and resume it if it holds one (the full
     budget takes hours; an interrupted run continues exactly where it stopped)."""
     import shutil
@@ -129,7 +134,8 @@ def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float
     from agent_lab.evaluation import evaluate
 
     sft_steps, slip_from, rl_steps = CRAFTING_BUDGET[mode]
-    cfg = TrainConfig(**CRAFTING, sft_steps=sft_steps, sft_slip_from=slip_from, sft_probe_weight=probe_weight,
+    env_options = {**CRAFTING["env_options"], **({"reread": True} if reread else {})}
+    cfg = TrainConfig(**{**CRAFTING, "env_options": env_options}, sft_steps=sft_steps, sft_slip_from=slip_from, sft_probe_weight=probe_weight,
                       sft_probe_scope=probe_scope, sft_probe_layer=probe_layer,
                       sft_lr_decay_steps=sft_steps - slip_from, steps=rl_steps, seed=seed,
                       checkpoint_every=100 if run_dir else 0)
@@ -145,7 +151,7 @@ def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float
           f"({agent.episodes - cold.episodes} episodes)", flush=True)
     rows = []
     for masked in (False, True):
-        env = make_env("crafting", mask_actions=masked, eval_size=eval_size)  # its evaluation worlds are cached
+        env = make_env("crafting", **env_options, mask_actions=masked, eval_size=eval_size)  # worlds are cached
         for name, result in (("cold start", cold), ("after Dr.GRPO", agent)):
             for split in env.splits:
                 rep = evaluate(result.policy, env, split, "greedy", tokenizer=result.tokenizer, candidate_mask=masked)
@@ -170,6 +176,9 @@ def main(argv=None) -> None:
     p.add_argument("--probe-layer", type=int, default=None,
                    help="crafting: sft_probe_layer, the block whose output the probe reads (default: the last hidden state)")
     p.add_argument("--run-dir", default=None, help="crafting: keep the run here and resume it if interrupted")
+    p.add_argument("--reread", action="store_true", help="crafting: the environment shows the prompt twice")
+    p.add_argument("--crafting-budget", choices=tuple(CRAFTING_BUDGET), default=None,
+                   help="crafting: (SFT, first slip step, Dr.GRPO) steps; default quick, or full with --full")
     args = p.parse_args(argv)
     three = ("dr_grpo", "sft+dr_grpo")
     seeds_for = (lambda n: 3) if args.full else (lambda n: 3 if n in three else 1)
@@ -183,8 +192,9 @@ def main(argv=None) -> None:
         print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
     if args.only in (None, "crafting"):
         print("\n2. crafting: greedy success after a fixed budget, next to the planner")
-        rows = crafting("full" if args.full else "quick", probe_weight=args.probe_weight,
-                        probe_scope=args.probe_scope, probe_layer=args.probe_layer, run_dir=args.run_dir)
+        rows = crafting(args.crafting_budget or ("full" if args.full else "quick"), probe_weight=args.probe_weight,
+                        probe_scope=args.probe_scope, probe_layer=args.probe_layer, run_dir=args.run_dir,
+                        reread=args.reread)
         print(summary_table(rows, ["policy", "mask", "split", "group", "n", "greedy", "planner", "share_of_planner"]))
     print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
 

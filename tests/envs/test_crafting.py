@@ -631,3 +631,21 @@ def test_prefix_probe_labels_ask_only_what_the_lines_so_far_show():
     assert [y for y in base if y >= 0] == [1, 1] and [y for y, b in zip(prefix, base) if b >= 0] == [1, 1]
     with pytest.raises(ValueError, match="scope"):
         env.probe_labels(world, "all")
+
+
+def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
+    plain, twice = make_env("crafting", plan="fetch_full"), make_env("crafting", plan="fetch_full", reread=True)
+    tasks = plain.sample_tasks(7, 12)
+    d1, d2 = plain.demonstrations(tasks), twice.demonstrations(tasks)
+    for a, b in zip(d1, d2):
+        assert b[0][0] == a[0][0] + "\n" + a[0][0]  # the prompt, then the same prompt again
+        assert b[1:] == a[1:]  # the same plan and the same observations after it
+    assert twice.optimal_success(tasks) == 1.0
+    for task in tasks:  # the probe's targets follow the words: the base line is asked in both copies, and the
+        n = len(plain.probe_labels(task))  # second copy's recipe lines see every line of the first
+        base, prefix = twice.probe_labels(task), twice.probe_labels(task, "prefix")
+        assert base == plain.probe_labels(task) + [-1] + plain.probe_labels(task)
+        full = [y for y in prefix[n + 1:] if y >= 0]
+        assert prefix[:n] == plain.probe_labels(task, "prefix") and sum(full) >= sum(y for y in prefix[:n] if y >= 0)
+    with pytest.raises(ValueError, match="reread"):
+        make_env("crafting", reread="yes")

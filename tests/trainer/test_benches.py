@@ -70,11 +70,17 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1, 1)})
     monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
                                             "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
+    import agent_lab.envs
+
+    made, make_env = [], agent_lab.envs.make_env
+    monkeypatch.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or make_env(*a, **kw))
     first = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path))
+                           run_dir=str(tmp_path), reread=True)
     saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 3 and saved["config"]["sft_probe_weight"] == 1.0
     assert saved["config"]["sft_probe_scope"] == "prefix" and saved["config"]["sft_probe_layer"] == 1
+    assert saved["config"]["env_options"]["reread"] is True
+    assert made and all(kw.get("reread") is True for kw in made), "the evaluation must reread as training did"
     again = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path))  # nothing left to train
+                           run_dir=str(tmp_path), reread=True)  # nothing left to train
     assert again == first

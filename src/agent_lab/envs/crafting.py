@@ -58,6 +58,11 @@ the proportions ``level_weights`` gives (one weight per sorted level; a curricul
 worlds keep their level's): more lines that share an ingredient with the goal's tree, so a policy that picks
 ingredients by what stands beside a fetched item in some line, not by whether the goal needs them, is corrected
 more often (measured, it lowered depth-2 success: crafting lab, exercise 16).
+
+Re-reading (``reread=True``): the prompt is shown twice, one copy after the other. The recipe lines come
+shuffled and a causal policy reads them in order, so at a line above the goal's nothing yet says whether its
+item is needed; every token of the second copy can attend to the whole first copy, the goal's line included (measured: crafting lab, exercise 20).
+
 Book chapter: "Trajectories couple a policy to an environment".
 """
 
@@ -140,6 +145,7 @@ class Crafting(TextEnv):
         level_weights: Sequence[float] | None = None,  # training draws: one weight per sorted train level
         think: bool = False,  # allow one free "think <words>" before the first step; demonstrations think
         train_distractors: int | None = None,  # distractor recipes per training world; None: each level's own
+        reread: bool = False,  # the prompt is shown twice, so its second copy attends to all of the first
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -152,6 +158,7 @@ class Crafting(TextEnv):
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
         check_bool("think", think)
+        check_bool("reread", reread)
         check_choice("plan", plan, tuple(PLANS))
         if level_weights is not None:
             listed = isinstance(level_weights, Sequence) and not isinstance(level_weights, (str, bytes))
@@ -183,11 +190,13 @@ class Crafting(TextEnv):
             level_weights=level_weights,
             think=think,
             train_distractors=train_distractors,
+            reread=reread,
         )
         self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
         self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
         self.mask_actions, self.eval_size, self.plan = mask_actions, eval_size, plan
         self.level_weights, self.think, self.train_distractors = level_weights, think, train_distractors
+        self.reread = reread
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
@@ -275,7 +284,7 @@ class Crafting(TextEnv):
             shown_base.update(y for y in world["recipes"][item]["needs"] if y not in world["recipes"])
         lines.append("base " + " ".join(sorted(shown_base)))
         lines.append(f"steps {world['budget']}")
-        return "\n".join(lines)
+        return "\n".join(lines * (1 + self.reread))
 
     def _observation(self, result: str, state: _Episode) -> str:
         inv = state.inventory
