@@ -136,9 +136,9 @@ def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float
     from agent_lab.evaluation import evaluate
 
     sft_steps, slip_from, rl_steps = CRAFTING_BUDGET[mode]
-    env_options = {**CRAFTING["env_options"], **({"reread": True} if reread else {})}
-    cfg = TrainConfig(**{**CRAFTING, "env_options": env_options}, sft_steps=sft_steps, sft_slip_from=slip_from, sft_probe_weight=probe_weight,
-                      sft_probe_scope=probe_scope, sft_probe_layer=probe_layer,
+    env_options = {**CRAFTING["env_options"], "reread": reread}  # the evaluation below uses the same options
+    cfg = TrainConfig(**{**CRAFTING, "env_options": env_options}, sft_steps=sft_steps, sft_slip_from=slip_from,
+                      sft_probe_weight=probe_weight, sft_probe_scope=probe_scope, sft_probe_layer=probe_layer,
                       sft_lr_decay_steps=sft_steps - slip_from, steps=rl_steps, seed=seed,
                       checkpoint_every=100 if run_dir else 0)
     work = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="bench-crafting-"))

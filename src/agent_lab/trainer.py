@@ -383,7 +383,8 @@ def dagger_actions(model, tok, env, tasks: list, cfg: TrainConfig, step: int, in
     """DAgger's half of an SFT step: each task is drawn with probability ``sft_dagger_prob``, the policy plays
     the drawn ones (sampled as the run declares, without gradients), and their action texts are returned
     (``None`` for the others) for :func:`~agent_lab.rollout.demonstration_batch`; plus the row's figures."""
-    drawn = np.flatnonzero(np.random.default_rng([cfg.seed, step, 13, info.rank]).random(len(tasks)) < cfg.sft_dagger_prob)
+    draws = np.random.default_rng([cfg.seed, step, 13, info.rank]).random(len(tasks))
+    drawn = np.flatnonzero(draws < cfg.sft_dagger_prob)
     acts: list[list[str] | None] = [None] * len(tasks)
     if len(drawn) == 0:
         return acts, {"dagger_episodes": 0}

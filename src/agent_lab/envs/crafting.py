@@ -61,7 +61,8 @@ more often (measured, it lowered depth-2 success: crafting lab, exercise 16).
 
 Re-reading (``reread=True``): the prompt is shown twice, one copy after the other. The recipe lines come
 shuffled and a causal policy reads them in order, so at a line above the goal's nothing yet says whether its
-item is needed; every token of the second copy can attend to the whole first copy, the goal's line included (measured: crafting lab, exercise 20).
+item is needed; every token of the second copy can attend to the whole first copy, the goal's line included
+(measured: crafting lab, exercise 20).
 
 Book chapter: "Trajectories couple a policy to an environment".
 """
