@@ -13,9 +13,12 @@
    at depth <= 2 and >= 80% at depth 3.
 
 ``--quick`` (default): dr_grpo and sft+dr_grpo over 3 seeds, the other algorithms over 1 seed; crafting
-1500 SFT steps (recovery demonstrations and the learning-rate decay from step 1200) + 100 Dr.GRPO steps.
-``--full``: 3 seeds for everything, plus the unmasked pure-RL run; crafting 9800 SFT steps (recovery and decay
-from step 9000) + 900 Dr.GRPO steps, about 1 h 45 min of the crafting part alone on 2 CPU cores.
+1500 SFT steps (recovery demonstrations and the learning-rate decay from step 1200) + 100 Dr.GRPO steps, a
+smoke run of the recipe, too short to meet the crafting target.
+``--full``: 3 seeds for everything, plus the unmasked pure-RL run; crafting 5800 SFT steps (recovery and decay
+from step 5000) + 300 Dr.GRPO steps, about an hour of the crafting part alone on 2 CPU cores: the run that
+measures the crafting target. ``--plain`` trains and evaluates crafting without re-reading the prompt (the
+recipe of the crafting lab's exercises 1-19); ``--crafting-budget long`` is their 9800 + 900 steps.
 """
 
 from __future__ import annotations
@@ -79,53 +82,52 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
     return rows
 
 
-#: Crafting: a 0.9M-parameter policy imitates the planner (the cold start), then Dr.GRPO samples with the
-#: candidate mask (only actions that execute); the greedy policy is evaluated with and without the mask.
-#: The same budget with sft_lr=3e-3 and sft_observation_weight=1.0 did worse (unmasked level 1: 0.08 vs 0.74).
-#: Recovery demonstrations (sft_slip_prob=0.5: half the demonstrations carry one slip and the planner's recovery)
-#: only late (sft_slip_from): from the start they did worse at the quick budget (held-out goals, level 1,
-#: unmasked: 0.60 vs 0.86); as the last 800 of 5800 steps they beat 800 plain steps at level 2 (unmasked test
-#: 0.46 vs 0.36). Full-stack demonstrations (plan="fetch_full") took level-2 whole-plan accuracy from 0.10 to
-#: 0.30. Full budget, unmasked test, levels 1 / 2 / 3 (seed 0 each): this recipe 0.98 / 0.64 / 0.18 (masked
-#: 0.98 / 0.74 / 0.58); exact counts and no slips 1.00 / 0.40 / 0.08 (1.00 / 0.46 / 0.38); that with learned
-#: positions 0.80 / 0.16 / 0.04 (0.80 / 0.40 / 0.32). Annealing the SFT learning rate to zero over the slip phase
-#: (sft_lr_decay_steps) then lifted it to 0.98 / 0.70 / 0.26 (0.98 / 0.82 / 0.64). Exercises 6-9 of the crafting lab.
-#: The full budget then grew where it paid (exercise 10): 9800 SFT steps and 900 Dr.GRPO steps reach 0.98 / 0.72 /
-#: 0.42 (1.00 / 0.84 / 0.80); at 300 Dr.GRPO steps after 9800 SFT steps, 0.98 / 0.72 / 0.28 (0.98 / 0.80 / 0.72).
-#: Level 2 did not move with 6 layers, d_model 192 or a free thought (think=True), each at exercise 9's budget, nor
-#: with planner guidance from the 900-step checkpoint (exercises 12-15 of the crafting lab); its failures fetch a
-#: base item that only a distractor's recipe needs. Four distractors per training world (train_distractors=4),
-#: from the start or in the last 800 SFT steps only, lowered level 2 after RL (exercise 16). A goal-tree probe
-#: (sft_probe_weight=1.0) at exercise 9's budget: 1.00 / 0.68 / 0.42 (1.00 / 0.74 / 0.80), level 3 up, level 2 within
-#: noise (exercise 17). At the full budget (--full --only crafting --probe-weight 1.0 --run-dir DIR, which resumes
-#: from DIR if interrupted): 1.00 / 0.70 / 0.48 (1.00 / 0.86 / 0.84; held-out goals masked 1.00 / 0.92 / 0.80), one
-#: seed and 50 worlds a cell, so the recipe here does not use it yet. Probe targets at every prompt item
-#: (sft_probe_scope="prefix") made the probe more accurate and the policy worse; read from block 3 of 4
-#: (sft_probe_layer=3) the probe stayed near chance at depth 2 (exercise 18); 6 layers with it read from block 4
-#: led after SFT and trailed after RL. DAgger in the last 800 SFT steps (sft_dagger_prob=0.5) helped episodes
-#: recover after leaving the plan, not level 2, whose failures never fetch a needed base item (exercise 19).
-#: Showing the prompt twice (--reread, env option reread=True) did what none of those did: after the standard
-#: budget's 5800 SFT steps alone, masked, 1.00 / 0.96 / 0.94 (held-out goals 1.00 / 0.98 / 0.92; on 200 worlds a
-#: level 1.000 / 0.975 / 0.925), at 1.4x the time per SFT step (exercise 20). With its 300 Dr.GRPO steps
-#: (--reread --crafting-budget standard, 2402 s + 1417 s): 1.00 / 0.94 / 0.88 (1.00 / 0.96 / 0.96; held-out goals
-#: masked 1.00 / 0.98 / 0.96). The full budget with it is not measured, and the quick and full figures the book
-#: quotes are the plain recipe's, so the default here stays plain.
+#: Crafting: a 0.9M-parameter policy imitates the planner (the cold start), then Dr.GRPO samples with the candidate
+#: mask (only actions that execute); the greedy policy is evaluated with and without the mask. The same budget with
+#: sft_lr=3e-3 and sft_observation_weight=1.0 did worse (unmasked level 1: 0.08 vs 0.74). Recovery demonstrations
+#: (sft_slip_prob=0.5: half the demonstrations carry one slip and the planner's recovery) only late (sft_slip_from):
+#: from the start they did worse at the quick budget (held-out goals, level 1, unmasked: 0.60 vs 0.86); as the last
+#: 800 of 5800 steps they beat 800 plain steps at level 2 (unmasked test 0.46 vs 0.36). Full-stack demonstrations
+#: (plan="fetch_full") took level-2 whole-plan accuracy from 0.10 to 0.30. Full budget (plain), unmasked test, levels
+#: 1 / 2 / 3 (seed 0 each): this recipe 0.98 / 0.64 / 0.18 (masked 0.98 / 0.74 / 0.58); exact counts and no slips
+#: 1.00 / 0.40 / 0.08 (1.00 / 0.46 / 0.38); that with learned positions 0.80 / 0.16 / 0.04 (0.80 / 0.40 / 0.32).
+#: Annealing the SFT learning rate to zero over the slip phase (sft_lr_decay_steps) then lifted it to 0.98 / 0.70 /
+#: 0.26 (0.98 / 0.82 / 0.64). Exercises 6-9 of the crafting lab. A longer budget paid (exercise 10, --plain
+#: --crafting-budget long): 9800 SFT and 900 Dr.GRPO steps reach 0.98 / 0.72 / 0.42 (1.00 / 0.84 / 0.80); at 300
+#: Dr.GRPO steps after 9800 SFT steps, 0.98 / 0.72 / 0.28 (0.98 / 0.80 / 0.72). Level 2 did not move with 6 layers,
+#: d_model 192 or a free thought (think=True), each at exercise 9's budget, nor with planner guidance from the
+#: 900-step checkpoint (exercises 12-15 of the crafting lab); its failures fetch a base item that only a distractor's
+#: recipe needs. Four distractors per training world (train_distractors=4), from the start or in the last 800 SFT
+#: steps only, lowered level 2 after RL (exercise 16). A goal-tree probe (sft_probe_weight=1.0) at exercise 9's
+#: budget: 1.00 / 0.68 / 0.42 (1.00 / 0.74 / 0.80), level 3 up, level 2 within noise (exercise 17). At the long
+#: budget (add --probe-weight 1.0 --run-dir DIR, which resumes from DIR if interrupted): 1.00 / 0.70 / 0.48 (1.00 /
+#: 0.86 / 0.84; held-out goals masked 1.00 / 0.92 / 0.80), one seed and 50 worlds a cell, so the recipe here does not
+#: use it yet. Probe targets at every prompt item (sft_probe_scope="prefix") made the probe more accurate and the
+#: policy worse; read from block 3 of 4 (sft_probe_layer=3) the probe stayed near chance at depth 2 (exercise 18); 6
+#: layers with it read from block 4 led after SFT and trailed after RL. DAgger in the last 800 SFT steps
+#: (sft_dagger_prob=0.5) helped episodes recover after leaving the plan, not level 2, whose failures never fetch a
+#: needed base item (exercise 19). Showing the prompt twice (env option reread=True; --plain turns it off) did what
+#: none of those did: after the full budget's 5800 SFT steps alone, masked, 1.00 / 0.96 / 0.94 (held-out goals 1.00 /
+#: 0.98 / 0.92; on 200 worlds a level 1.000 / 0.975 / 0.925), at 1.4x the time per SFT step (exercise 20). With its
+#: 300 Dr.GRPO steps (2402 s + 1417 s): 1.00 / 0.94 / 0.88 (1.00 / 0.96 / 0.96; held-out goals masked 1.00 / 0.98 /
+#: 0.96), more than the plain recipe reached at the long budget, so the benchmark re-reads.
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, sft_batch_size=32,
                 sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True, eval_every=0,
                 cpu_threads=0,  # all cores: at d_model 128 two threads halve the step time (0.70 -> 0.35 s per SFT step)
                 positions="rope",  # level-1 test after 5000 SFT steps 0.98 (learned: 0.76); after 1500, 0.60 (0.74)
-                env_options={"plan": "fetch_full"},  # every get a full stack: no get count is a tree total
+                env_options={"plan": "fetch_full",  # every get a full stack: no get count is a tree total
+                             "reread": True},  # the prompt twice: each line is read after the goal's
                 sft_slip_prob=0.5)  # recovery demonstrations, only in the last SFT steps (see CRAFTING_BUDGET)
 #: (SFT steps, first SFT step with recovery demonstrations, Dr.GRPO steps) of each mode: a fixed budget in
 #: steps, so runs compare across machines. The SFT learning rate anneals to zero over the recovery phase.
-CRAFTING_BUDGET = {"quick": (1500, 1200, 100), "standard": (5800, 5000, 300), "full": (9800, 9000, 900)}
+CRAFTING_BUDGET = {"quick": (1500, 1200, 100), "full": (5800, 5000, 300), "long": (9800, 9000, 900)}
 
 
 def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float = 0.0, probe_scope: str = "base",
-             probe_layer: int | None = None, run_dir: str | None = None, reread: bool = False) -> list[dict]:
+             probe_layer: int | None = None, run_dir: str | None = None, reread: bool = True) -> list[dict]:
     """The crafting benchmark's rows. ``probe_weight``, ``probe_scope``, ``probe_layer``: ``sft_probe_weight``,
     ``sft_probe_scope`` and ``sft_probe_layer`` (exercises 17 and 18 of the crafting lab). ``reread``: the
-    environment shows the prompt twice, in training and evaluation alike (exercise 20).
+    environment shows the prompt twice, in training and evaluation alike (exercise 20); False is the plain recipe.
     ``run_dir``: keep the run there, checkpointed every 100 steps, and resume it if it holds one (the full
     budget takes hours; an interrupted run continues exactly where it stopped)."""
     import shutil
@@ -178,7 +180,8 @@ def main(argv=None) -> None:
     p.add_argument("--probe-layer", type=int, default=None,
                    help="crafting: sft_probe_layer, the block whose output the probe reads (default: the last hidden state)")
     p.add_argument("--run-dir", default=None, help="crafting: keep the run here and resume it if interrupted")
-    p.add_argument("--reread", action="store_true", help="crafting: the environment shows the prompt twice")
+    p.add_argument("--plain", action="store_true",
+                   help="crafting: show the prompt once (the recipe of exercises 1-19), not twice")
     p.add_argument("--crafting-budget", choices=tuple(CRAFTING_BUDGET), default=None,
                    help="crafting: (SFT, first slip step, Dr.GRPO) steps; default quick, or full with --full")
     args = p.parse_args(argv)
@@ -196,7 +199,7 @@ def main(argv=None) -> None:
         print("\n2. crafting: greedy success after a fixed budget, next to the planner")
         rows = crafting(args.crafting_budget or ("full" if args.full else "quick"), probe_weight=args.probe_weight,
                         probe_scope=args.probe_scope, probe_layer=args.probe_layer, run_dir=args.run_dir,
-                        reread=args.reread)
+                        reread=not args.plain)
         print(summary_table(rows, ["policy", "mask", "split", "group", "n", "greedy", "planner", "share_of_planner"]))
     print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
 

@@ -75,7 +75,7 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     made, make_env = [], agent_lab.envs.make_env
     monkeypatch.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or make_env(*a, **kw))
     first = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path), reread=True)
+                           run_dir=str(tmp_path))  # the benchmark re-reads unless told not to
     saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 3 and saved["config"]["sft_probe_weight"] == 1.0
     assert saved["config"]["sft_probe_scope"] == "prefix" and saved["config"]["sft_probe_layer"] == 1
@@ -84,3 +84,14 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     again = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
                            run_dir=str(tmp_path), reread=True)  # nothing left to train
     assert again == first
+
+
+@pytest.mark.parametrize("argv, budget, reread", [([], "quick", True), (["--full"], "full", True),
+                                                  (["--plain", "--crafting-budget", "long"], "long", False)])
+def test_trainer_bench_crafting_flags_choose_budget_and_prompt(monkeypatch, capsys, argv, budget, reread):
+    bench = _load("bench_trainer")
+    calls = []
+    monkeypatch.setattr(bench, "crafting", lambda mode, **kw: calls.append((mode, kw["reread"])) or [])
+    bench.main(["--only", "crafting", *argv])
+    assert calls == [(budget, reread)]
+    assert bench.CRAFTING["env_options"]["reread"] is True and budget in bench.CRAFTING_BUDGET
