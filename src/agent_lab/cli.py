@@ -70,6 +70,17 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
                            help=f"{_HELP.get(f.name, f.name.replace('_', ' '))} (default: {default})")
 
 
+def _env_options(items: list[str]) -> dict:
+    """``--env-option KEY=VALUE`` flags as a dict, each value parsed as JSON where it parses."""
+    opts = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--env-option must look like KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        opts[k] = _parse_value(v)
+    return opts
+
+
 def _train(args: argparse.Namespace) -> int:
     from dataclasses import fields
 
@@ -77,13 +88,7 @@ def _train(args: argparse.Namespace) -> int:
     from agent_lab.trainer import TrainConfig, train
 
     kw = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    opts = {}
-    for item in kw["env_options"]:
-        if "=" not in item:
-            raise ValueError(f"--env-option must look like KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        opts[k] = _parse_value(v)
-    kw["env_options"] = opts
+    kw["env_options"] = _env_options(kw["env_options"])
     result = train(TrainConfig(**kw), progress=not args.quiet)
     rep = result.final_eval
     reached = result.reached_optimum_at
@@ -109,13 +114,15 @@ def _eval(args: argparse.Namespace) -> int:
     env_name = args.env or cfg.get("env")
     if env_name is None:
         raise ValueError("--env is required: the checkpoint does not record its environment")
-    opts = dict(cfg.get("env_options", {})) if env_name == cfg.get("env") else {}
-    if cfg.get("candidate_mask") and env_name == cfg.get("env"):
+    same_env = env_name == cfg.get("env")
+    # the checkpoint's environment and mask unless told otherwise: a policy is evaluated as it was trained
+    opts = {**(cfg.get("env_options", {}) if same_env else {}), **_env_options(args.env_options)}
+    masked = args.mask if args.mask is not None else bool(same_env and cfg.get("candidate_mask"))
+    if masked:
         opts["mask_actions"] = True
     env = make_env(env_name, **opts)
     rep = evaluate(policy, env, args.split, args.decoding, tokenizer=tok, temperature=args.temperature,
-                   seed=args.seed, samples_per_task=args.samples_per_task,
-                   candidate_mask=bool(cfg.get("candidate_mask", False)))
+                   seed=args.seed, samples_per_task=args.samples_per_task, candidate_mask=masked)
     print(rep)
     return 0
 
@@ -135,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     pe.add_argument("--temperature", type=float, default=1.0)
     pe.add_argument("--samples-per-task", type=int, default=1)
     pe.add_argument("--seed", type=int, default=0)
+    pe.add_argument("--env-option", dest="env_options", action="append", default=[], metavar="KEY=VALUE",
+                    help="override an environment option of the checkpoint, e.g. --env-option eval_size=600")
+    pe.add_argument("--mask", action=argparse.BooleanOptionalAction, default=None,
+                    help="decode with the candidate mask (default: as the checkpoint was trained)")
     args = parser.parse_args(argv)
     if args.command == "tour":
         tour()

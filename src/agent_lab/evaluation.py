@@ -54,7 +54,7 @@ class EvalReport:
     mean_return: float
     mean_turns: float
     temperature: float = 1.0
-    by_group: dict = field(default_factory=dict)  # e.g. crafting depth -> {n, success, optimum}
+    by_group: dict = field(default_factory=dict)  # e.g. crafting depth -> {n, success, ci_low, ci_high, optimum}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,7 +64,8 @@ class EvalReport:
              f"[{self.ci_low:.3f}, {self.ci_high:.3f}] on {self.n} tasks; planner {self.optimum:.3f}, "
              f"gap {self.gap:+.3f}")
         for g, r in sorted(self.by_group.items(), key=lambda kv: str(kv[0])):
-            s += f"\n  {g}: success {r['success']:.3f} (n={r['n']}), planner {r['optimum']:.3f}"
+            s += (f"\n  {g}: success {r['success']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] (n={r['n']}), "
+                  f"planner {r['optimum']:.3f}")
         return s
 
 
@@ -171,7 +172,9 @@ def evaluate(
             groups[g]["n"] += 1
             groups[g]["successes"] += int(s)
             groups[g]["opt"] += o
-    by_group = {g: {"n": v["n"], "success": v["successes"] / v["n"], "optimum": v["opt"] / v["n"]} for g, v in groups.items()}
+    by_group = {g: {"n": v["n"], "success": v["successes"] / v["n"], "optimum": v["opt"] / v["n"],
+                    **dict(zip(("ci_low", "ci_high"), wilson_interval(v["successes"], v["n"])))}
+                for g, v in groups.items()}
     optimum = sum(opt_run) / n
     return EvalReport(
         env=getattr(env, "name", type(env).__name__), split=split, decoding=decoding, n=n, successes=k,

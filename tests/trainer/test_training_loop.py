@@ -6,6 +6,8 @@ import pytest
 import torch
 from conftest import FAST
 
+import agent_lab.envs
+import agent_lab.evaluation
 import agent_lab.trainer as trainer_mod
 from agent_lab.cli import main as cli_main
 from agent_lab.trainer import TrainConfig, train
@@ -173,6 +175,29 @@ def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys
     assert cli_main(["eval", str(tmp_path), "--decoding", "sampled", "--samples-per-task", "2"]) == 0
     out = capsys.readouterr().out
     assert "number-search/test sampled" in out and "on 32 tasks" in out
+
+
+def test_cli_eval_overrides_the_checkpoints_environment_options_and_mask(tmp_path, capsys):
+    rc = cli_main(["train", "--env", "crafting", "--algo", "sft", "--steps", "1", "--d-model", "16", "--n-layers", "1",
+                   "--n-heads", "2", "--sft-batch-size", "4", "--eval-every", "0", "--candidate-mask",
+                   "--env-option", "reread=true", "--run-dir", str(tmp_path), "--quiet"])
+    assert rc == 0
+    capsys.readouterr()
+    made, calls = [], []
+    real_make, real_eval = agent_lab.envs.make_env, agent_lab.evaluation.evaluate
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or real_make(*a, **kw))
+        mp.setattr(agent_lab.evaluation, "evaluate",
+                   lambda *a, **kw: calls.append(kw["candidate_mask"]) or real_eval(*a, **kw))
+        assert cli_main(["eval", str(tmp_path), "--split", "deeper", "--env-option", "eval_size=6"]) == 0
+        assert "on 6 tasks" in capsys.readouterr().out
+        assert cli_main(["eval", str(tmp_path), "--no-mask", "--env-option", "eval_size=3"]) == 0
+        assert cli_main(["eval", str(tmp_path), "--env-option", "eval_size=oops"]) == 2
+        assert "eval_size" in capsys.readouterr().err
+        assert cli_main(["eval", str(tmp_path), "--split", "train"]) == 2
+        assert "split" in capsys.readouterr().err
+    assert made[0]["reread"] is True and made[0]["eval_size"] == 6 and made[0]["mask_actions"] is True
+    assert "mask_actions" not in made[1] and calls[:2] == [True, False]  # --no-mask: neither env nor decoder masks
 
 
 @pytest.mark.slow
