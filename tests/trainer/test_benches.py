@@ -33,6 +33,12 @@ def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
     assert res["rollout_tok_per_s"] > 0 and res["cache_speedup"] > 0
 
 
+def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
+    full = _load("gpu_bench").main(["--tiny", "--time-limit", "1000"])
+    cut = _load("gpu_bench").main(["--tiny", "--time-limit", "1e-6"])
+    assert full["number_search_steps"] > 1 and cut["number_search_steps"] == 1
+
+
 def test_gpu_bench_knows_the_h200_bf16_peak():
     assert _load("gpu_bench").peak_flops("NVIDIA H200") == pytest.approx(989e12)
 
