@@ -54,7 +54,7 @@ coverage: install
 	$(PY) -m pytest -q tests/estimators tests/test_training_api.py --cov=agent_lab.estimators --cov=agent_lab.training --cov-report=term-missing
 
 bench: install
-	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+	@for f in bench/bench_*.py bench/gpu_bench.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
 	rm -rf book/_build assignments/release autograder/_work .pytest_cache
