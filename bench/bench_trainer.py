@@ -124,7 +124,8 @@ CRAFTING_BUDGET = {"quick": (1500, 1200, 100), "full": (5800, 5000, 300), "long"
 
 
 def crafting(mode: str, seed: int = 0, eval_size: int = 150, probe_weight: float = 0.0, probe_scope: str = "base",
-             probe_layer: int | None = None, run_dir: str | None = None, reread: bool = True) -> list[dict]:
+             probe_layer: int | None = None, run_dir: str | None = None,
+             reread: bool = CRAFTING["env_options"]["reread"]) -> list[dict]:
     """The crafting benchmark's rows. ``probe_weight``, ``probe_scope``, ``probe_layer``: ``sft_probe_weight``,
     ``sft_probe_scope`` and ``sft_probe_layer`` (exercises 17 and 18 of the crafting lab). ``reread``: the
     environment shows the prompt twice, in training and evaluation alike (exercise 20); False is the plain recipe.

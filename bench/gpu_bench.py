@@ -10,8 +10,8 @@ Prints tokens per second and the share of the GPU's bf16 dense peak for
 FLOPs are counted as 2 N per token for a forward pass and 6 N for forward + backward (N = parameters;
 attention's extra term is small at these lengths and is left out, so the shares are slight underestimates).
 Designed to finish within 5 minutes on an H100/H200: sections 1 and 2 are four rollouts and two training steps,
-and the number-search run stops after the step that passes ``--time-limit`` (150 s). Without CUDA it prints a message and exits 0;
-``--tiny`` runs every code path on the CPU with a tiny model (what the tests do).
+and the number-search run stops after the step that passes ``--time-limit`` (150 s). Without CUDA it prints a
+message and exits 0; ``--tiny`` runs every code path on the CPU with a tiny model (what the tests do).
 
 Usage: ``python bench/gpu_bench.py [--tiny] [--d-model 512 --n-layers 8] [--batch 512]``
 """

@@ -172,9 +172,11 @@ def evaluate(
             groups[g]["n"] += 1
             groups[g]["successes"] += int(s)
             groups[g]["opt"] += o
-    by_group = {g: {"n": v["n"], "success": v["successes"] / v["n"], "optimum": v["opt"] / v["n"],
-                    **dict(zip(("ci_low", "ci_high"), wilson_interval(v["successes"], v["n"])))}
-                for g, v in groups.items()}
+    by_group = {}
+    for g, v in groups.items():
+        g_lo, g_hi = wilson_interval(v["successes"], v["n"])
+        by_group[g] = {"n": v["n"], "success": v["successes"] / v["n"], "ci_low": g_lo, "ci_high": g_hi,
+                       "optimum": v["opt"] / v["n"]}
     optimum = sum(opt_run) / n
     return EvalReport(
         env=getattr(env, "name", type(env).__name__), split=split, decoding=decoding, n=n, successes=k,

@@ -88,7 +88,7 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     assert saved["config"]["env_options"]["reread"] is True
     assert made and all(kw.get("reread") is True for kw in made), "the evaluation must reread as training did"
     again = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path), reread=True)  # nothing left to train
+                           run_dir=str(tmp_path))  # nothing left to train
     assert again == first
 
 

@@ -58,7 +58,8 @@ def test_evaluate_reports_each_level_with_its_own_interval():
     env = make_env("crafting", mask_actions=True, eval_size=6)
     tok = WordTokenizer.from_env(env)
     rep = evaluate(tiny_policy(tok), env, "test", "sampled", tokenizer=tok, samples_per_task=2, candidate_mask=True)
-    assert sorted(rep.by_group) == ["level 1", "level 2", "level 3"] and sum(g["n"] for g in rep.by_group.values()) == rep.n
+    assert sorted(rep.by_group) == ["level 1", "level 2", "level 3"]
+    assert sum(g["n"] for g in rep.by_group.values()) == rep.n
     for g in rep.by_group.values():
         k = round(g["success"] * g["n"])
         assert (g["ci_low"], g["ci_high"]) == wilson_interval(k, g["n"]) and g["ci_low"] <= g["success"] <= g["ci_high"]
