@@ -1,13 +1,12 @@
-"""Student-side check: run the visible tests of your notebook with the grader's messages.
+"""Student-side check: run the visible tests of your notebook the way the grader runs them.
 
     .venv/bin/python autograder/check.py my_notebook.ipynb [--skip-training]
     .venv/bin/python -m autograder.check my_notebook.ipynb
 
-Your notebook is read the way the grader reads it (metadata restored, cells in the assignment's
-order, the visible test cells reset to the released version), run top to bottom in a fresh local
-kernel, and each test is reported with its points and the same message the grader's feedback
-shows.  Hidden tests are not in your copy: they run only when the grader grades your submission.
-This check runs your code on your own machine, without the grader's sandbox.
+Your notebook is read the way the grader reads it (your answer cells and the cells you added, put into the
+released notebook), your cells run top to bottom in a fresh local kernel, and then each visible test runs
+against your functions and is reported with its points and the grader's message.  Hidden tests are not in your
+copy: they run only when the grader grades your submission.  (See :mod:`agent_lab.grading.check`.)
 """
 from __future__ import annotations
 
@@ -20,66 +19,13 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat
-from nbclient import NotebookClient
 
-from autograder import submissions
-from autograder.grade import DEFAULT_ASSIGNMENT, REPO, _cell_message
+from agent_lab.grading.check import check_notebook
 
-RELEASE = REPO / "assignments" / "release" / DEFAULT_ASSIGNMENT / f"{DEFAULT_ASSIGNMENT}.ipynb"
-
-
-def restore_tests(nb: nbformat.NotebookNode, release_nb: nbformat.NotebookNode) -> None:
-    """Give every released test cell its released source, re-inserting missing ones in place."""
-    released = [(c.metadata["nbgrader"]["grade_id"], c) for c in release_nb.cells
-                if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")]
-    for position, (gid, cell) in enumerate(released):
-        if not cell.metadata["nbgrader"].get("grade"):
-            continue
-        index = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): i
-                 for i, c in enumerate(nb.cells)}
-        if gid in index:
-            nb.cells[index[gid]].source = cell.source
-            continue
-        before = [index[g] for g, _ in released[:position] if g in index]
-        nb.cells.insert(before[-1] + 1 if before else len(nb.cells), nbformat.from_dict(cell))
-
-
-def check(path: Path, release_path: Path = RELEASE, skip_training: bool = False,
-          timeout: int = 600) -> list[tuple[str, float, float, str]]:
-    """Run the notebook; return (grade_id, points earned, points, message) per test cell."""
-    if not release_path.exists():
-        raise SystemExit(f"{release_path} is missing: run `make assignments` first")
-    release_nb = nbformat.read(release_path, as_version=4)
-    nb, problem = submissions.parse_notebook(path)
-    if nb is None:
-        raise SystemExit(problem)
-    for note in submissions.normalise(nb, submissions.release_metadata(release_nb),
-                                      submissions.locked_sources(release_nb)):
-        print("note:", note)
-    restore_tests(nb, release_nb)
-    if skip_training:
-        for cell in nb.cells:
-            if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "test_train_agent":
-                cell.source = "raise RuntimeError('skipped by --skip-training')"
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
-    report = []
-    for cell in nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if not meta.get("grade"):
-            continue
-        hidden = "_hidden" in meta["grade_id"]
-        message = _cell_message(cell)
-        points = float(meta.get("points", 0))
-        if hidden:
-            report.append((meta["grade_id"], float("nan"), points, "hidden: run by the grader"))
-        elif skip_training and meta["grade_id"] == "test_train_agent":
-            report.append((meta["grade_id"], float("nan"), points, "skipped (--skip-training)"))
-        else:
-            report.append((meta["grade_id"], 0.0 if message else points, points,
-                           message or "passed"))
-    return report
+REPO = Path(__file__).resolve().parent.parent
+NAME = "policy_gradients"
+RELEASE = REPO / "assignments" / "release" / NAME / f"{NAME}.ipynb"
+TRAINING_TESTS = ("test_train_agent",)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,16 +37,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.notebook.is_file():
         parser.error(f"{args.notebook} is not a file")
+    if not args.release.exists():
+        parser.error(f"{args.release} is missing: run `make assignments` first")
     start = time.monotonic()
-    report = check(args.notebook, args.release, args.skip_training)
-    width = max(len(r[0]) for r in report)
+    try:
+        lines, notes = check_notebook(args.notebook, nbformat.read(args.release, as_version=4),
+                                      skip=TRAINING_TESTS if args.skip_training else ())
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    for note in notes:
+        print("note:", note)
+    width = max(len(line.grade_id) for line in lines)
     failed = 0
-    for gid, got, points, message in report:
-        shown = "  --" if got != got else f"{got:4g}"
-        print(f"{gid:<{width}}  {shown} / {points:g}  {message}")
-        failed += got == got and got < points
-    visible = [r for r in report if r[1] == r[1]]
-    print(f"\nvisible tests: {sum(r[1] for r in visible):g} / {sum(r[2] for r in visible):g} points "
+    for line in lines:
+        shown = "  --" if line.score != line.score else f"{line.score:4g}"
+        print(f"{line.grade_id:<{width}}  {shown} / {line.points:g}  {line.message}")
+        failed += line.score == line.score and line.score < line.points
+    ran = [line for line in lines if line.score == line.score]
+    print(f"\nvisible tests: {sum(x.score for x in ran):g} / {sum(x.points for x in ran):g} points "
           f"({time.monotonic() - start:.0f} s)")
     return 1 if failed else 0
 

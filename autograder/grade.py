@@ -3,17 +3,16 @@
 Pipeline (``make grade SUBMISSIONS=<dir>`` runs it through ``scripts/grade.sh``):
 
 1. ``prepare_course``: copy ``assignments/source/<assignment>`` into a private nbgrader course under
-   ``--out`` (default ``autograder/_work``) and run ``nbgrader generate_assignment`` there; this
-   makes the course gradebook (``course/gradebook.db``), whose cells hold the hidden tests.
-2. ``submissions.load``: one notebook per student folder or zip, parsed and normalised, never run.
-3. ``grade_submission``, in parallel (at most one per core): each student gets a scratch copy of the
-   course (``runs/<student>``) with a pristine copy of the assignment's gradebook, and
-   ``nbgrader autograde`` runs there with :class:`autograder.execute.SandboxExecute`, so each kernel
-   runs in the bubblewrap sandbox as its own unprivileged uid.  A student's run can only touch its
-   own scratch copy, never the course gradebook or another student's run.
-4. ``merge`` (serial, in this process): copy each student's scores into the course gradebook, write
-   the feedback HTML (test names, points, messages, never the test code), export ``grades.csv``
-   (nbgrader's export) and ``grades_by_test.csv``, and print a summary table.
+   ``--out`` (default ``autograder/_work``) and run ``nbgrader generate_assignment`` there: the release and
+   the course gradebook (``course/gradebook.db``).
+2. ``submissions.discover``: one entry (folder or zip) per student, names made into safe ids.
+3. ``run_worker``, in parallel (at most one per core): each entry is graded by its own process
+   (:mod:`autograder.worker`) with a leased sandbox uid and cgroup.  The student's cells run in the sandboxed
+   kernel; the tests run in the worker and call the student's functions across the process boundary, so the
+   score comes from code and data the student cannot touch (see ``autograder/README.md``).
+4. ``merge`` (serial, in this process): scores into the course gradebook through nbgrader's API, the
+   executed notebook for instructors, the feedback page (test names, points and the grader's messages, never
+   test code), ``grades.csv`` (nbgrader's export), ``grades_by_test.csv`` and a summary table.
 """
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 import warnings
@@ -38,16 +36,17 @@ from pathlib import Path
 
 import nbformat
 
+from agent_lab.grading import runner
 from . import sandbox, submissions
-from .sandbox import Limits
+from .sandbox import KernelCgroup, Limits
+from .worker import Job
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SOURCE = REPO / "assignments" / "source"
 DEFAULT_ASSIGNMENT = "policy_gradients"
 DEFAULT_OUT = REPO / "autograder" / "_work"
 COURSE_ID = "agent-lab"
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-MESSAGE_CHARS = 600
+CSV_FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 
 @dataclass
@@ -63,7 +62,7 @@ class TestResult:
 @dataclass
 class StudentResult:
     student: str
-    status: str                      # graded | missing | invalid | error
+    status: str                      # graded | missing | invalid | duplicate | error
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -167,138 +166,100 @@ def prepare_course(out: Path, source_root: Path, assignment: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. one student, in a scratch course copy
+# 3. one student, in a process of its own
 # ---------------------------------------------------------------------------------------------
-def _worker_config(run: Path, uid: int, ipc_dir: str, limits: Limits,
-                   timeouts: dict[str, int] | None = None) -> str:
-    extra = f"""
-from nbgrader.preprocessors import (IgnorePattern, LimitOutput, SaveAutoGrades,
-                                    AssignLatePenalties, CheckCellMetadata)
-from nbconvert.preprocessors import ClearMetadataPreprocessor
-from autograder.execute import SandboxExecute
-c.Autograde.autograde_preprocessors = [SandboxExecute, IgnorePattern, ClearMetadataPreprocessor,
-                                       LimitOutput, SaveAutoGrades, AssignLatePenalties,
-                                       CheckCellMetadata]
-c.Autograde.create_student = True
-c.OverwriteCells.add_missing_cells = True
-c.SandboxExecute.timeout = {limits.cell_timeout}
-c.SandboxExecute.notebook_timeout = {limits.notebook_timeout}
-c.SandboxExecute.timeout_by_grade_id = {dict(timeouts or {})!r}
-c.SandboxExecute.kernel_name = "python3"
-c.SandboxExecute.startup_timeout = 120
-c.SandboxKernelManager.sandbox_uid = {uid}
-c.SandboxKernelManager.ipc_dir = {ipc_dir!r}
-c.SandboxKernelManager.limit_values = {list(asdict(limits).values())!r}
-"""
-    return _config_text(run, extra)
-
-
-def _cell_message(cell: nbformat.NotebookNode) -> str:
-    """ename: evalue of the cell's last error, never its traceback (which quotes the test's code)."""
-    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-    if errors:
-        err = errors[-1]
-        text = f"{err.get('ename', 'Error')}: {err.get('evalue', '')}"
-    elif any(o.get("output_type") == "stream" and o.get("name") == "stderr"
-             for o in cell.get("outputs", [])):
-        text = "the test wrote to stderr (counted as a failure by nbgrader)"
-    else:
-        return ""
-    text = ANSI.sub("", text).strip()
-    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " ..."
-
-
-def _zero_result(student: str, status: str, release_nb, notes: list[str],
+def _zero_result(student: str, status: str, tests: list[runner.TestCell], notes: list[str],
                  message: str) -> StudentResult:
-    tests = []
-    for cell in release_nb.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("grade"):
-            tests.append(TestResult(meta["grade_id"], 0.0, float(meta.get("points", 0)), message))
-    return StudentResult(student, status, tests, notes)
+    return StudentResult(student, status, [TestResult(t.grade_id, 0.0, t.points, message) for t in tests],
+                         list(notes))
 
 
-def grade_submission(sub: submissions.Submission, *, release_nb, assignment: str, out: Path,
-                     run_id: str, limits: Limits,
-                     timeouts: dict[str, int] | None = None) -> StudentResult:
-    """Autograde one normalised submission in its own scratch course; never raises for bad code."""
+def _from_json(data: dict) -> StudentResult:
+    tests = [TestResult(str(t["grade_id"]), float(t["score"]), float(t["max_score"]), str(t["message"]))
+             for t in data["tests"]]
+    return StudentResult(str(data["student"]), str(data["status"]), tests, [str(n) for n in data["notes"]],
+                         float(data.get("seconds", 0.0)), [str(r) for r in data.get("review", [])])
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What every worker of one grading run shares."""
+
+    assignment: str
+    out: Path
+    run_id: str
+    release: Path
+    source: Path
+    tests: list
+    limits: Limits
+    timeouts: dict
+    cpus_per_kernel: float
+
+
+def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
+    """Grade one entry in a worker process (see :mod:`autograder.worker`); never raises for a bad entry."""
     start = time.monotonic()
-    if sub.status != "ok":
-        result = _zero_result(sub.student, sub.status, release_nb, sub.notes,
-                              "not graded: " + "; ".join(sub.notes))
-        result.seconds = time.monotonic() - start
-        return result
-    run = out / "runs" / run_id / sub.student
-    submitted = run / "submitted" / sub.student / assignment
-    submitted.mkdir(parents=True)
-    shutil.copytree(out / "course" / "source", run / "source")
-    shutil.copy(out / "assignment.db", run / "gradebook.db")
-    nbformat.write(sub.notebook, submitted / f"{assignment}.ipynb")
+    if entry.status != "ok":
+        return _zero_result(entry.student, entry.status, batch.tests, entry.notes,
+                            "not graded: " + "; ".join(entry.notes))
+    scratch = batch.out / "runs" / batch.run_id / entry.student
+    scratch.mkdir(parents=True)
     lease = sandbox.UidLease()
-    ipc_dir = str(sandbox.GRADE_TMP / uuid.uuid4().hex[:12])
-    log = run / "autograde.log"
+    cgroup = KernelCgroup(f"uid{lease.uid}", batch.cpus_per_kernel, batch.limits.memory_bytes,
+                          batch.limits.nproc)
+    ipc_dir = sandbox.GRADE_TMP / uuid.uuid4().hex[:12]
+    log = scratch / "worker.log"
     try:
         sandbox.root_dir(ipc_dir)
-        config = _worker_config(run, lease.uid, ipc_dir, limits, timeouts)
-        (run / "nbgrader_config.py").write_text(config)
-        try:
-            proc = _nbgrader(["autograde", assignment, "--student", sub.student, "--force"],
-                             cwd=run, timeout=limits.notebook_timeout + 180, log=log)
-            crashed = proc.returncode != 0
-        except subprocess.TimeoutExpired:
-            crashed = True
-        graded = run / "autograded" / sub.student / assignment / f"{assignment}.ipynb"
-        if crashed or not graded.exists():
-            result = _zero_result(sub.student, "error", release_nb, sub.notes,
-                                  "grading failed for this notebook; the instructor has the log")
-            result.notes.append(f"grader log: {log}")
-        else:
-            result = _read_scores(sub, graded, run / "gradebook.db", assignment)
-            # The executed notebook, for instructors (it holds the hidden tests: never for students).
-            kept = out / "course" / "autograded" / sub.student / assignment
-            kept.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(graded, kept / f"{assignment}.ipynb")
+        procs = cgroup.create() if cgroup.kind else []
+        job = Job(entry.student, str(entry.origin), f"{batch.assignment}.ipynb", str(batch.release),
+                  str(batch.source), str(scratch), lease.uid, str(ipc_dir), asdict(batch.limits),
+                  dict(batch.timeouts), procs, list(entry.notes))
+        (scratch / "job.json").write_text(json.dumps(asdict(job), indent=1))
+        _run_process([sys.executable, "-m", "autograder.worker", str(scratch / "job.json")],
+                     timeout=batch.limits.notebook_timeout + 180, log=log)
+        result = _from_json(json.loads((scratch / "result.json").read_text()))
+    except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
+        result = _zero_result(entry.student, "error", batch.tests, entry.notes,
+                              "grading failed for this notebook; the instructor has the log")
+        result.notes.append(f"grader log: {log} ({type(exc).__name__})")
     finally:
-        sandbox.reap(lease.uid)  # nothing a student started may outlive the grading
-        shutil.rmtree(ipc_dir, ignore_errors=True)
-        lease.release()
+        try:
+            sandbox.reap(lease.uid)  # nothing a student started may outlive the grading
+        finally:
+            cgroup.remove()
+            shutil.rmtree(ipc_dir, ignore_errors=True)
+            lease.release()
     result.seconds = time.monotonic() - start
     return result
 
 
-def _read_scores(sub, graded: Path, db: Path, assignment: str) -> StudentResult:
-    from nbgrader.api import Gradebook
-
-    nb = nbformat.read(graded, as_version=4)
-    messages = {}
-    for cell in nb.cells:
-        gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        if gid and gid not in messages:
-            messages[gid] = _cell_message(cell)
-    result = StudentResult(sub.student, "graded", notes=list(sub.notes))
-    for index, cell in enumerate(nb.cells):
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and not meta.get("grade"):
-            message = _cell_message(cell)  # the student's own cell: safe to quote
-            if message:
-                result.notes.append(f"cell {meta.get('grade_id') or index} failed: {message}")
-    with Gradebook(f"sqlite:///{db}", COURSE_ID) as gb:
-        notebook = gb.find_submission_notebook(assignment, assignment, sub.student)
-        order = {c.name: i for i, c in enumerate(gb.find_notebook(assignment, assignment).grade_cells)}
-        for grade in sorted(notebook.grades, key=lambda g: order.get(g.name, 0)):
-            score = float(grade.auto_score or 0.0)
-            message = messages.get(grade.name, "") or ("passed" if score >= grade.max_score else "")
-            result.tests.append(TestResult(grade.name, score, float(grade.max_score), message))
-    return result
+def _run_process(argv: list[str], timeout: float, log: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0", MPLBACKEND="Agg", OMP_NUM_THREADS="1")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the sandboxes die with it (--die-with-parent)
+            proc.wait()
+            raise
 
 
 # ---------------------------------------------------------------------------------------------
 # 4. merge, feedback, export, summary
 # ---------------------------------------------------------------------------------------------
-def merge(result: StudentResult, out: Path, assignment: str) -> None:
-    """Write one student's scores into the course gradebook (called serially)."""
+def merge(result: StudentResult, out: Path, assignment: str, graded: Path | None) -> None:
+    """One student's scores into the course gradebook and the executed notebook beside it (called serially).
+
+    The scores are the grader's own verdicts, written through nbgrader's API, so formgrader and nbgrader's
+    exports see them; an entry that was not graded because its id is ambiguous leaves the gradebook alone.
+    """
     from nbgrader.api import Gradebook
 
+    if result.status == "duplicate":
+        return
     scores = {t.grade_id: t.score for t in result.tests}
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", COURSE_ID) as gb:
         gb.update_or_create_student(result.student)
@@ -308,6 +269,10 @@ def merge(result: StudentResult, out: Path, assignment: str) -> None:
             grade.auto_score = scores.get(grade.name, 0.0)
             grade.needs_manual_grade = False
         gb.db.commit()
+    if graded is not None and graded.exists():  # for instructors only: it holds the hidden tests
+        kept = out / "course" / "autograded" / result.student / assignment
+        kept.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(graded, kept / f"{assignment}.ipynb")
 
 
 def feedback_html(result: StudentResult, assignment: str) -> str:
@@ -337,6 +302,13 @@ tr.pass td:first-child{{color:#075}}tr.fail td:first-child{{color:#a00}}pre{{whi
 """
 
 
+def csv_cell(value: object) -> object:
+    """A CSV value a spreadsheet will not run: text starting with = + - @ (or a tab or CR) gets a leading '."""
+    if isinstance(value, str) and value.startswith(CSV_FORMULA):
+        return "'" + value
+    return value
+
+
 def export(results: list[StudentResult], out: Path) -> None:
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
@@ -349,8 +321,8 @@ def export(results: list[StudentResult], out: Path) -> None:
                          "review"])
         for r in results:
             for t in r.tests:
-                writer.writerow([r.student, r.status, t.grade_id, t.score, t.max_score, t.message,
-                                 " ".join(r.review)])
+                writer.writerow([csv_cell(v) for v in (r.student, r.status, t.grade_id, t.score,
+                                                       t.max_score, t.message, " ".join(r.review))])
 
 
 def summary_table(results: list[StudentResult]) -> str:
@@ -359,13 +331,13 @@ def summary_table(results: list[StudentResult]) -> str:
     ids = [t.grade_id for t in results[0].tests]
     short = [re.sub(r"^test_", "", g).replace("_visible", "/v").replace("_hidden", "/h") for g in ids]
     width = max(12, *(len(r.student) for r in results))
-    head = f"{'student':<{width}} {'status':<8} " + " ".join(f"{s:>{max(5, len(s))}}" for s in short)
+    head = f"{'student':<{width}} {'status':<9} " + " ".join(f"{s:>{max(5, len(s))}}" for s in short)
     lines = [head + f" {'total':>11} {'sec':>6}  review"]
     for r in results:
         by_id = {t.grade_id: t for t in r.tests}
         cells = " ".join(f"{by_id[g].score if g in by_id else 0:>{max(5, len(s))}g}"
                          for g, s in zip(ids, short))
-        lines.append(f"{r.student:<{width}} {r.status:<8} {cells} "
+        lines.append(f"{r.student:<{width}} {r.status:<9} {cells} "
                      f"{f'{r.score:g}/{r.max_score:g}':>11} {r.seconds:6.1f}  "
                      f"{', '.join(r.review)}")
     return "\n".join(lines)
@@ -374,53 +346,47 @@ def summary_table(results: list[StudentResult]) -> str:
 def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Path = DEFAULT_SOURCE,
               assignment: str = DEFAULT_ASSIGNMENT, jobs: int | None = None,
               limits: Limits = Limits(), keep_runs: bool = False,
-              timeouts: dict[str, int] | None = None) -> list[StudentResult]:
+              timeouts: dict[str, int] | None = None, cpus_per_kernel: float = 1.0) -> list[StudentResult]:
     """Grade every submission in ``submissions_dir``; return results in student order.
 
-    ``timeouts`` maps grade ids to cell timeouts that differ from ``limits.cell_timeout``.
+    ``timeouts`` maps grade ids to test timeouts that differ from ``limits.cell_timeout``.
     """
     sandbox.check_available()
     _ensure_venv_on_path()
-    warnings.filterwarnings("ignore", module="nbformat")       # cell-id fixes on student notebooks
     warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's SQLAlchemy noise
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     entries = submissions.discover(submissions_dir)
-    release_path = prepare_course(out, Path(source_root), assignment)
-    release_nb = nbformat.read(release_path, as_version=4)
-    release_meta = submissions.release_metadata(release_nb)
-    release_locked = submissions.locked_sources(release_nb)
+    release = prepare_course(out, Path(source_root), assignment)
+    source = out / "course" / "source" / assignment / f"{assignment}.ipynb"
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    batch = Batch(assignment, out, run_id, release, source,
+                  runner.test_cells(nbformat.read(source, as_version=4)), limits, dict(timeouts or {}),
+                  cpus_per_kernel)
+    if KernelCgroup.detect() is None:
+        print("grade: warning: no cgroup hierarchy with the cpu, memory and pids controllers is writable here, "
+              "so kernels run with per-process limits only and one submission's processes can slow another's",
+              file=sys.stderr)
     cores = len(os.sched_getaffinity(0))
     jobs = max(1, min(jobs or cores, cores, len(entries) or 1))
-    loaded = []
-    with tempfile.TemporaryDirectory(prefix="agentlab-unzip-") as tmp:
-        for entry in entries:
-            sub = submissions.load(entry, f"{assignment}.ipynb", Path(tmp) / entry.name)
-            if sub.notebook is not None:
-                sub.notes += submissions.normalise(sub.notebook, release_meta, release_locked)
-            loaded.append(sub)
-        review = {s.student: submissions.suspicious_code(s.notebook) for s in loaded if s.notebook}
-        results: dict[str, StudentResult] = {}
-        feedback_root = out / "course" / "feedback"
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(grade_submission, sub, release_nb=release_nb,
-                                   assignment=assignment, out=out, run_id=run_id,
-                                   limits=limits, timeouts=timeouts): sub for sub in loaded}
-            for future in as_completed(futures):
-                sub = futures[future]
-                try:
-                    result = future.result()
-                except Exception as exc:  # noqa: BLE001 - one broken run must not stop the others
-                    result = _zero_result(sub.student, "error", release_nb, sub.notes,
-                                          f"grading failed: {type(exc).__name__}: {exc}")
-                result.review = review.get(result.student, [])
-                merge(result, out, assignment)          # serial: only this thread writes the db
-                page = feedback_root / result.student / assignment / f"{assignment}.html"
-                page.parent.mkdir(parents=True, exist_ok=True)
-                page.write_text(feedback_html(result, assignment))
-                results[result.student] = result
-    ordered = [results[s.student] for s in loaded]
+    results: dict[str, StudentResult] = {}
+    feedback_root = out / "course" / "feedback"
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_worker, entry, batch): entry for entry in entries}
+        for future in as_completed(futures):
+            entry = futures[future]
+            try:
+                result = future.result()
+            except Exception as exc:  # noqa: BLE001 - one broken run must not stop the others
+                result = _zero_result(entry.student, "error", batch.tests, entry.notes,
+                                      f"grading failed: {type(exc).__name__}")
+            graded = out / "runs" / run_id / entry.student / "graded.ipynb"
+            merge(result, out, assignment, graded)          # serial: only this thread writes the db
+            page = feedback_root / result.student / assignment / f"{assignment}.html"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            page.write_text(feedback_html(result, assignment))
+            results[str(entry.origin)] = result
+    ordered = [results[str(e.origin)] for e in entries]
     export(ordered, out)
     (out / "results.json").write_text(json.dumps([asdict(r) | {"score": r.score,
                                                               "max_score": r.max_score}
@@ -440,7 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=Limits.cell_timeout)
     parser.add_argument("--notebook-timeout", type=int, default=Limits.notebook_timeout)
     parser.add_argument("--memory-mib", type=int, default=Limits.memory_bytes >> 20)
-    parser.add_argument("--keep-runs", action="store_true", help="keep the scratch course copies")
+    parser.add_argument("--cpus-per-kernel", type=float, default=1.0,
+                        help="CPU cores each student's kernel may use together with its children (cgroup)")
+    parser.add_argument("--keep-runs", action="store_true", help="keep each student's scratch folder")
     args = parser.parse_args(argv)
     try:
         limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
@@ -451,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = grade_all(args.submissions, out=args.out, source_root=args.source,
                             assignment=args.assignment, jobs=args.jobs, limits=limits,
-                            keep_runs=args.keep_runs)
+                            keep_runs=args.keep_runs, cpus_per_kernel=args.cpus_per_kernel)
     except (ValueError, RuntimeError) as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2

@@ -10,13 +10,18 @@ into the sandbox.
 Inside bwrap, ``setpriv`` drops to a per-worker uid with no capabilities and ``no_new_privs``,
 and ``prlimit`` sets the CPU-time, address-space, process-count and file-size limits.  Each
 concurrent sandbox gets its own uid (a lock file per uid), so the process-count limit, which the
-kernel counts per uid, never lets one student's fork bomb starve another student's kernel.
+kernel counts per uid, never lets one student's fork bomb starve another student's kernel.  Every
+process of a sandbox also joins that uid's cgroup (:class:`KernelCgroup`): a cap on CPU (one core by
+default), memory and tasks for all of them together, which ``setsid`` or a double fork cannot leave.
 
 What the kernel sees: ``/usr`` (read-only), ``/etc/fonts`` and ``/etc/localtime`` (read-only), the
-Python installation and the virtual environment (read-only), the package sources ``src/`` (read-only, for ``agent_lab``), a fresh ``/proc`` and
-``/dev``, and two size-limited tmpfs mounts: ``/tmp`` and its working directory ``/home/student``.
-Nothing else of the repository (no ``assignments/source``, no gradebook, no other submission)
-exists in its mount namespace.
+Python installation and the virtual environment (read-only), the grading view of ``agent_lab``
+(read-only: :mod:`agent_lab.grading.kernel_view`, the checks and the call server; none of the
+library's reference code), a fresh ``/proc`` and ``/dev``, its socket directory, and two
+size-limited tmpfs mounts: ``/tmp`` and its working directory ``/home/student``.  Nothing else of the
+repository (no ``src/``, no ``assignments/source``, no gradebook, no other submission) exists in its
+mount namespace.  Once the kernel has bound its sockets, its socket directory (a host directory) is
+handed to root, so the kernel can no longer write anything that outlives the sandbox.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Integer, List, Unicode
 
+from agent_lab.grading import kernel as grading_kernel
+
 REPO = Path(__file__).resolve().parent.parent
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 HOME_IN_SANDBOX = "/home/student"
@@ -42,6 +49,8 @@ UID_RANGE = range(60001, 60001 + 256)
 GRADE_TMP = Path("/tmp/agentlab-grade")      # root-owned; per-worker socket roots live here
 LOCK_DIR = GRADE_TMP / "locks"
 ETC_READABLE = ("/etc/fonts", "/etc/localtime")  # the only host configuration the kernel sees
+VIEW_IN_SANDBOX = "/opt/agentlab-grading"         # the kernel's PYTHONPATH: the grading view of agent_lab
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -168,8 +177,8 @@ def _ancestors(path: str) -> list[str]:
 
 
 def readonly_paths() -> list[str]:
-    """Paths the kernel needs to read: the interpreter, the venv, and the editable package sources."""
-    paths = {sys.base_prefix, sys.prefix, str(REPO / "src")}
+    """Paths the kernel needs to read: the interpreter and the venv (not the package sources)."""
+    paths = {sys.base_prefix, sys.prefix}
     return sorted(p for p in paths if not p.startswith("/usr/"))
 
 
@@ -197,13 +206,16 @@ def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Lim
             "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp",
             "--perms", "0755", "--dir", "/home"]
     made: set[str] = {"/home", "/tmp"}
-    for path in readonly_paths() + [ipc_dir]:
+    view = {f"{VIEW_IN_SANDBOX}/{dest}": str(src) for dest, src in grading_kernel.view_files().items()}
+    for path in readonly_paths() + [ipc_dir] + list(view):
         for parent in _ancestors(path):
             if parent not in made:
                 cmd += ["--perms", "0755", "--dir", parent]
                 made.add(parent)
     for path in readonly_paths():
         cmd += ["--ro-bind", path, path]
+    for dest, src in view.items():
+        cmd += ["--ro-bind", src, dest]
     # The working directory is a tmpfs of its own; mode 1777 because bwrap mounts it as root.
     cmd += ["--bind", ipc_dir, ipc_dir,
             "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", HOME_IN_SANDBOX]
@@ -212,7 +224,7 @@ def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Lim
            "MPLBACKEND": "Agg", "MPLCONFIGDIR": f"{HOME_IN_SANDBOX}/.mpl",
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0",  # as the Makefile sets it: grading is reproducible
-           "NBGRADER_EXECUTION": "autograde"}
+           "PYTHONPATH": VIEW_IN_SANDBOX, "NBGRADER_EXECUTION": "autograde"}
     for key, value in env.items():
         cmd += ["--setenv", key, value]
     # setpriv needs CAP_SETUID/CAP_SETGID inside bwrap; it then clears every capability set.
@@ -224,9 +236,93 @@ def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Lim
     return cmd + kernel_argv
 
 
-def kernel_argv() -> list[str]:
-    """The plain ipykernel command (what the stock ``python3`` kernelspec runs)."""
-    return [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+def join_cgroup_argv(procs_files: list[str]) -> list[str]:
+    """A prefix that writes its own pid into each ``cgroup.procs`` file, then execs the rest of the argv."""
+    if not procs_files:
+        return []
+    code = ("import os, sys; i = sys.argv.index('--'); "
+            "[open(p, 'w').write(str(os.getpid())) for p in sys.argv[1:i]]; os.execvp(sys.argv[i + 1], sys.argv[i + 1:])")
+    return [sys.executable, "-I", "-c", code, *procs_files, "--"]
+
+
+class KernelCgroup:
+    """One cgroup (per controller under cgroup v1, one node under v2) capping a sandbox uid's processes together.
+
+    ``cpus`` cores of CPU time (a CFS quota), ``memory_bytes`` of memory and ``tasks`` processes and threads.
+    Children inherit the cgroup and an unprivileged process cannot move out of it, so processes started with
+    ``setsid`` or a double fork stay capped.  :meth:`detect` says which hierarchy this machine offers; without
+    one the grader still runs, with the per-process rlimits only, and says so.
+    """
+
+    V1 = ("cpu", "memory", "pids")
+
+    def __init__(self, name: str, cpus: float, memory_bytes: int, tasks: int, root: Path = CGROUP_ROOT) -> None:
+        self.name, self.cpus, self.memory_bytes, self.tasks, self.root = name, cpus, memory_bytes, tasks, root
+        self.kind = self.detect(root)
+        self.dirs: list[Path] = []
+
+    @staticmethod
+    def _own_path(controller: str) -> str:
+        """This process's cgroup path for ``controller`` ("" for the unified hierarchy)."""
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            if controller in names.split(",") or (controller == "" and names == ""):
+                return path.lstrip("/")
+        return ""
+
+    @classmethod
+    def detect(cls, root: Path = CGROUP_ROOT) -> str | None:
+        """"v2", "v1" or None (no usable cgroup hierarchy with the cpu, memory and pids controllers)."""
+        controllers = root / "cgroup.controllers"
+        if controllers.exists():
+            have = set(controllers.read_text().split())
+            return "v2" if {"cpu", "memory", "pids"} <= have and os.access(root, os.W_OK) else None
+        if all((root / c / "cgroup.procs").exists() and os.access(root / c, os.W_OK) for c in cls.V1):
+            return "v1"
+        return None
+
+    def create(self) -> list[str]:
+        """Make the cgroup and set its caps; return the ``cgroup.procs`` files a process joins through.
+
+        Raises ``OSError`` when the hierarchy refuses (the caller then grades without cgroups and says so).
+        """
+        period = 100_000
+        quota = max(1000, int(self.cpus * period))
+        if self.kind == "v1":
+            settings = {"cpu": {"cpu.cfs_period_us": period, "cpu.cfs_quota_us": quota},
+                        "memory": {"memory.limit_in_bytes": self.memory_bytes},
+                        "pids": {"pids.max": self.tasks}}
+            for controller, values in settings.items():
+                self.dirs.append(self._make(self.root / controller / self._own_path(controller), values))
+        elif self.kind == "v2":
+            base = self.root / self._own_path("")
+            enable = "+cpu +memory +pids"
+            (base / "cgroup.subtree_control").write_text(enable)
+            (base / "agentlab").mkdir(exist_ok=True)
+            (base / "agentlab" / "cgroup.subtree_control").write_text(enable)
+            self.dirs.append(self._make(base, {"cpu.max": f"{quota} {period}", "memory.max": self.memory_bytes,
+                                               "pids.max": self.tasks}))
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def _make(self, base: Path, values: dict) -> Path:
+        folder = base / "agentlab" / self.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for key, value in values.items():
+            (folder / key).write_text(str(value))
+        return folder
+
+    def remove(self) -> None:
+        """Remove the cgroup (call after :func:`reap`: a cgroup with processes cannot be removed)."""
+        for folder in self.dirs:
+            for _ in range(50):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # EBUSY while the last processes are still being torn down
+                    time.sleep(0.05)
+        self.dirs = []
 
 
 class SandboxKernelManager(AsyncKernelManager):
@@ -243,6 +339,8 @@ class SandboxKernelManager(AsyncKernelManager):
     ipc_dir = Unicode("", config=True, help="root-owned directory for the per-kernel socket dirs")
     limit_values = List(Integer(), default_value=[], config=True,
                         help="Limits fields in order (empty: defaults)")
+    cgroup_procs = List(Unicode(), default_value=[], config=True,
+                        help="cgroup.procs files the kernel joins before bwrap starts (KernelCgroup.create)")
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -256,10 +354,12 @@ class SandboxKernelManager(AsyncKernelManager):
         self.transport = "ipc"
         self.ip = os.path.join(self.kernel_dir, "k")
         self.connection_file = os.path.join(self.kernel_dir, "kernel.json")
+        self.rpc_path = os.path.join(self.kernel_dir, "rpc")  # the grader listens here (agent_lab.grading)
         limits = Limits(*self.limit_values) if self.limit_values else Limits()
+        argv = grading_kernel.kernel_argv(sys.executable, self.rpc_path)
         self._kernel_spec = KernelSpec(
-            argv=bwrap_command(kernel_argv(), uid=self.sandbox_uid, ipc_dir=self.kernel_dir,
-                               limits=limits),
+            argv=join_cgroup_argv(list(self.cgroup_procs))
+            + bwrap_command(argv, uid=self.sandbox_uid, ipc_dir=self.kernel_dir, limits=limits),
             display_name="Python 3 (agent-lab grading sandbox)", language="python",
             interrupt_mode="message", env={},
         )
@@ -277,10 +377,18 @@ class SandboxKernelManager(AsyncKernelManager):
         # The kernel runs as sandbox_uid and must read its key; the directory is private to that uid.
         os.chown(self.connection_file, self.sandbox_uid, self.sandbox_uid)
 
-    def cleanup_resources(self, restart: bool = False) -> None:
-        super().cleanup_resources(restart=restart)
-        if not restart:
-            shutil.rmtree(self.kernel_dir, ignore_errors=True)
+    def after_ready(self) -> None:
+        """The kernel has bound its sockets: take its write access to the (host) socket directory away."""
+        os.chown(self.kernel_dir, 0, 0)
+        os.chmod(self.kernel_dir, 0o755)
+        if os.path.exists(self.connection_file):
+            os.chown(self.connection_file, 0, 0)
+            os.chmod(self.connection_file, 0o600)
+
+    def after_shutdown(self) -> None:
+        """Nothing the kernel started may outlive it (a fork bomb's leftovers, ``setsid`` processes)."""
+        reap(self.sandbox_uid)
+        shutil.rmtree(self.kernel_dir, ignore_errors=True)
 
 
 def make_ipc_dir(path: str | os.PathLike, uid: int) -> str:

@@ -1,0 +1,151 @@
+"""Kernel side of the grader's calls: a thread that runs the student's functions on the grader's request.
+
+The kernel launcher (:mod:`agent_lab.grading.kernel`) starts it before any student code exists, so later code
+that rewires IPython (input transformers, ``do_execute``, display hooks) does not stand between the grader and
+the functions. Nothing here is trusted: student code runs in this process and could replace any of it. That is
+fine by design, because all it could change is what a call returns, and the grader judges that on its side.
+
+One request, one answer, in order (:mod:`agent_lab.grading.wire` frames):
+
+* ``{"op": "call", "id", "name", "args", "kwargs"}`` runs ``name(*args, **kwargs)`` from the notebook's
+  namespace. Floating tensors the grader marked ``requires_grad`` arrive as leaves that require grad; for every
+  0-dim floating output that requires grad the answer carries its gradient with respect to those leaves (in
+  argument order), so the grader can chain it into its own graph. Tensor arguments the call changed in place
+  come back too. Answer: ``{"id", "ok": True, "value", "changed"}`` followed by a second frame
+  ``{"grads": [[gradient or None per leaf] per marked output]}``, or ``{"id", "ok": False, "type", "builtin",
+  "message"}``.
+* ``{"op": "ping"}`` answers ``{"ok": True}``; ``{"op": "bye"}`` ends the thread.
+"""
+from __future__ import annotations
+
+import builtins
+import socket
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+
+from agent_lab.grading import wire
+
+MESSAGE_CHARS = 2000
+
+
+def user_namespace() -> dict:
+    """The notebook's globals: IPython's ``user_ns`` when a shell runs, else ``__main__``'s."""
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            return shell.user_ns
+    except ImportError:
+        pass
+    return vars(sys.modules["__main__"])
+
+
+def tensor_arguments(args: list, kwargs: dict) -> list[tuple[Any, torch.Tensor]]:
+    """(key, tensor) for every tensor argument: positions are ints, keywords are strs."""
+    pairs = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    return pairs + [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+
+
+def _gradients(slots: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[list[torch.Tensor | None]]:
+    grads = []
+    for out in slots:
+        try:
+            got = torch.autograd.grad(out, leaves, allow_unused=True, retain_graph=True) if leaves else ()
+            grads.append([None if g is None else g.detach() for g in got])
+        except Exception:  # noqa: BLE001 - a broken graph gives no gradient; the grader says so
+            grads.append([None] * len(leaves))
+    return grads
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    t = t.to(torch.uint8) if t.dtype is torch.bool else t
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN equals NaN): did a call change a tensor argument in place?"""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_raw(a), _raw(b))
+
+
+def _describe(exc: BaseException) -> dict:
+    try:
+        message = str(exc)[:MESSAGE_CHARS]
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        message = ""
+    kind = type(exc)
+    return {"ok": False, "type": kind.__name__[:80], "builtin": getattr(builtins, kind.__name__, None) is kind,
+            "message": message}
+
+
+def handle_call(request: dict, namespace: Callable[[], dict]) -> tuple[dict, list[torch.Tensor]]:
+    """Run one call: (the answer before encoding, the leaves that gradients are taken with respect to)."""
+    name, args, kwargs = request.get("name"), list(request.get("args") or []), dict(request.get("kwargs") or {})
+    tensors = tensor_arguments(args, kwargs)
+    before = [(key, t.detach().clone()) for key, t in tensors]
+    leaves = [t for _, t in tensors if t.requires_grad]
+    try:
+        fn = namespace().get(name) if isinstance(name, str) else None
+        if fn is None:
+            raise NameError(f"name {name!r} is not defined in the notebook")
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are answers too
+        return _describe(exc), []
+    current = dict(tensor_arguments(args, kwargs))
+    changed = {str(key): current[key].detach().clone() for key, old in before
+               if not _same_bytes(current[key].detach(), old)}
+    return {"ok": True, "value": value, "changed": changed}, leaves
+
+
+def serve(sock: socket.socket, namespace: Callable[[], dict] = user_namespace) -> None:
+    """Answer requests on ``sock`` until ``bye`` or until the grader goes away."""
+    try:
+        while True:
+            request, _ = wire.recv(sock)
+            op = request.get("op") if isinstance(request, dict) else None
+            if op == "bye":
+                return
+            if op == "ping":
+                wire.send(sock, {"ok": True})
+                continue
+            if op != "call":
+                wire.send(sock, {"ok": False, "type": "ProtocolError", "builtin": False,
+                                 "message": f"unknown op {str(op)[:40]!r}"})
+                continue
+            answer, leaves = handle_call(request, namespace)
+            answer["id"] = request.get("id")
+            _send_answer(sock, answer, leaves)
+    except (EOFError, OSError, wire.WireError):
+        return
+    finally:
+        sock.close()
+
+
+def _send_answer(sock: socket.socket, answer: dict, leaves: list[torch.Tensor]) -> None:
+    """The answer frame, then (for a success) a second frame with the gradients of its marked outputs."""
+    try:
+        slots = wire.send(sock, answer, mark_grads=answer["ok"])
+    except wire.WireError as exc:
+        wire.send(sock, {"id": answer["id"], "ok": False, "type": "WireError", "builtin": False,
+                         "message": str(exc)})
+        return
+    if answer["ok"]:
+        wire.send(sock, {"grads": _gradients(slots, leaves)})
+
+
+def start(path: str) -> threading.Thread | None:
+    """Connect to the grader's socket at ``path``, say hello, and serve calls on a daemon thread."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        wire.send(sock, {"op": "hello"})
+    except OSError as exc:
+        print(f"agent_lab.grading: could not reach the grader at {path}: {exc}", file=sys.stderr)
+        sock.close()
+        return None
+    thread = threading.Thread(target=serve, args=(sock,), name="agent-lab-grading", daemon=True)
+    thread.start()
+    return thread
