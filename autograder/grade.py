@@ -112,21 +112,20 @@ def _ensure_venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def _nbgrader(args: list[str], cwd: Path, timeout: float | None = None,
-              log: Path | None = None) -> subprocess.CompletedProcess:
+def _run_process(argv: list[str], cwd: Path, timeout: float | None = None, log: Path | None = None) -> int:
+    """Run ``argv`` in its own session with the output to ``log``; past ``timeout`` kill its whole group."""
     _ensure_venv_on_path()
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0", MPLBACKEND="Agg")
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0", MPLBACKEND="Agg", OMP_NUM_THREADS="1")
     env.pop("JUPYTER_CONFIG_DIR", None)
     with open(log or os.devnull, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "nbgrader", *args], cwd=cwd, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
-            proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the sandboxes die with it (--die-with-parent)
             proc.wait()
             raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode)
 
 
 def prepare_course(out: Path, source_root: Path, assignment: str) -> Path:
@@ -157,8 +156,9 @@ def prepare_course(out: Path, source_root: Path, assignment: str) -> Path:
     (course / "nbgrader_config.py").write_text(_config_text(course))
     log = out / "generate_assignment.log"
     log.unlink(missing_ok=True)
-    result = _nbgrader(["generate_assignment", assignment, "--force"], cwd=course, log=log)
-    if result.returncode != 0 or not release.exists():
+    code = _run_process([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--force"],
+                        cwd=course, log=log)
+    if code != 0 or not release.exists():
         raise RuntimeError(f"nbgrader generate_assignment failed; see {log}")
     shutil.copy(course / "gradebook.db", out / "assignment.db")
     stamp.write_text(digest)
@@ -216,7 +216,7 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
                   str(batch.source), str(scratch), lease.uid, str(ipc_dir), asdict(batch.limits),
                   dict(batch.timeouts), procs, list(entry.notes))
         (scratch / "job.json").write_text(json.dumps(asdict(job), indent=1))
-        _run_process([sys.executable, "-m", "autograder.worker", str(scratch / "job.json")],
+        _run_process([sys.executable, "-m", "autograder.worker", str(scratch / "job.json")], cwd=REPO,
                      timeout=batch.limits.notebook_timeout + 180, log=log)
         result = _from_json(json.loads((scratch / "result.json").read_text()))
     except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
@@ -232,19 +232,6 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
             lease.release()
     result.seconds = time.monotonic() - start
     return result
-
-
-def _run_process(argv: list[str], timeout: float, log: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0", MPLBACKEND="Agg", OMP_NUM_THREADS="1")
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the sandboxes die with it (--die-with-parent)
-            proc.wait()
-            raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,15 +297,20 @@ def csv_cell(value: object) -> object:
 
 
 def export(results: list[StudentResult], out: Path) -> None:
+    """``grades.csv`` (nbgrader's export of the gradebook) and ``grades_by_test.csv`` (ours)."""
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", COURSE_ID) as gb:
         CsvExportPlugin(to=str(out / "grades.csv")).export(gb)
-    with open(out / "grades_by_test.csv", "w", newline="") as handle:
+    write_grades_by_test(results, out / "grades_by_test.csv")
+
+
+def write_grades_by_test(results: list[StudentResult], path: Path) -> None:
+    """One row per student and test: points, the grader's message and the review words."""
+    with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["student_id", "status", "grade_id", "score", "max_score", "message",
-                         "review"])
+        writer.writerow(["student_id", "status", "grade_id", "score", "max_score", "message", "review"])
         for r in results:
             for t in r.tests:
                 writer.writerow([csv_cell(v) for v in (r.student, r.status, t.grade_id, t.score,

@@ -27,7 +27,7 @@ SUSPICIOUS = re.compile(
     r"sys\.setprofile|__closure__|gc\.get_|ctypes|currentframe|_getframe|f_back|f_globals|"
     r"__builtins__|import builtins|linecache|\b_check\b|os\.fork|os\._exit|subprocess|"
     r"InteractiveShell|set_custom_exc|ipykernel|setsid|socket|threading|signal\.|agentlab_grading|"
-    r"agent_lab\.grading\.(?:server|wire|kernel)|sys\.modules|importlib|globals\(\)")
+    r"agent_lab\.grading\.(?:server|wire|kernel)|sys\.modules|importlib|globals\(\)|inspect\.")
 
 
 def suspicious_code(cells: list[StudentCell]) -> list[str]:

@@ -3,10 +3,11 @@
     .venv/bin/python bench/bench_grading.py [--n 20] [--full]
 
 Builds N copies of the reference solution (by default with the training part left as released, so
-each notebook runs every graded function's visible and hidden tests in the sandbox but not the
-one-minute training; ``--full`` includes training), then grades them twice through the whole
-pipeline (nbgrader, sandboxed kernel, gradebook merge, feedback, export): with one worker, then with
-one worker per core.  Prints wall time, seconds per submission and the parallel speed-up.
+each notebook runs every graded function's visible and hidden tests but not the training; ``--full``
+includes training), then grades them twice through the whole pipeline (a worker process per
+submission, the sandboxed kernel, the tests in the worker calling into it, gradebook merge, feedback,
+export): with one worker, then with one worker per core.  Prints wall time, seconds per submission and
+the parallel speed-up.
 Needs root and bubblewrap, like ``make grade``.  Scratch goes to bench/_out (git-ignored).
 """
 from __future__ import annotations

@@ -8,7 +8,6 @@ sample submissions reuse some of them through :func:`submission_notebook`.
 
 from __future__ import annotations
 
-import copy
 import pathlib
 import re
 from dataclasses import dataclass
@@ -153,10 +152,36 @@ MUTANTS: dict[str, Mutant] = {
 """),
 }
 
-# A submission that calls the library instead of implementing: must fail, because the reference is
-# switched off while student code runs.
+# Right values on every visible example, wrong in general: only the hidden tests can catch these.
+VISIBLE_PASSING: dict[str, Mutant] = {
+    "rtg_in_place_hidden_only": Mutant("reward_to_go", "right values, but overwrites the caller's rewards", _RTG + """\
+    for t in range(rewards.shape[-1] - 2, -1, -1):
+        rewards[..., t] += gamma * rewards[..., t + 1]
+    return rewards
+"""),
+    "rl_rows_with_actions": Mutant("reinforce_loss", "divides by the number of rows that have an action token, "
+                                   "not by B", _RL + """\
+    rows = (action_mask.sum(dim=1) > 0).sum().clamp(min=1)
+    return -(action_mask * coefficients * logprobs).sum() / rows
+"""),
+    "adv_in_place": Mutant("dr_grpo_advantages", "right values, computed by centring the caller's rewards in place",
+                           _ADV + """\
+    groups = rewards.view(-1, group_size)
+    groups -= groups.mean(dim=1, keepdim=True)
+    return rewards
+"""),
+    "drl_float64_denominator": Mutant("dr_grpo_loss", "the constant as a float64 tensor: float32 losses come "
+                                      "back as float64", _DRL + """\
+    total = (advantages * (action_mask * logprobs).sum(dim=1)).sum()
+    return -total / torch.tensor(logprobs.shape[0] * max_tokens, dtype=torch.float64)
+"""),
+}
+
+# A submission that calls the library instead of implementing: must fail, because the grading kernel has no
+# agent_lab but its checks.
 CALLS_REFERENCE: dict[str, str] = {
-    "reward_to_go": _RTG + "    return agent_lab.estimators.reward_to_go(rewards, gamma)\n",
+    "reward_to_go": "import agent_lab.estimators\n\n" + _RTG
+                    + "    return agent_lab.estimators.reward_to_go(rewards, gamma)\n",
     "reinforce_loss": "from agent_lab.estimators import aggregate, reinforce_surrogate\n\n" + _RL + """\
     numerator, denominator = aggregate(reinforce_surrogate(logprobs, coefficients), action_mask, "constant", max_tokens=1)
     return -numerator / denominator
@@ -200,22 +225,3 @@ def solution_source(grade_id: str, notebook: nbformat.NotebookNode | None = None
         if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
             return re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", cell.source, flags=re.M)
     raise ValueError(f"no cell with grade_id {grade_id!r} in {SOURCE}")
-
-
-def submission_notebook(release: pathlib.Path, overrides: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """A realistic student submission: the released notebook with every solution cell filled in.
-
-    Cells get the reference solution unless ``overrides`` (grade_id -> cell source, e.g.
-    ``MUTANTS["adv_std_division"].source``) says otherwise. ``release`` is the released ``.ipynb``.
-    """
-    overrides = dict(overrides or {})
-    source = nbformat.read(SOURCE, as_version=4)
-    notebook = copy.deepcopy(nbformat.read(release, as_version=4))
-    for cell in notebook.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution"):
-            grade = meta["grade_id"]
-            cell.source = overrides.pop(grade) if grade in overrides else solution_source(grade, source)
-    if overrides:
-        raise ValueError(f"the release has no solution cells named {sorted(overrides)}")
-    return notebook

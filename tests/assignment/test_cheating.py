@@ -1,14 +1,18 @@
-"""The notebook's tests cannot be fooled by fake return objects or by monkeypatched comparison functions.
+"""Objects that claim to be right, patched comparisons and a patched library earn nothing.
 
-The hidden and visible tests read tensors with torch's C-level methods into plain Python floats and
-compare them with float arithmetic, so redefining ``==``, ``torch.allclose``, ``numpy.testing`` and
-friends changes nothing. (The autograder's own tests run the same attacks through the sandbox.)
+The tests run in the grader's process, so what a submission patches in its own kernel (``torch``, ``numpy``,
+the checks, ``==``) cannot reach them, and what comes back across the boundary is rebuilt from plain bytes: an
+object is only its class name there, a tensor subclass only its values.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
+from agent_lab.grading import kernel
 from .mutants import MUTANTS
 from .notebook_runner import GRADED_FUNCTIONS, points_by_test, run_notebook
 
@@ -50,14 +54,10 @@ torch.Tensor.__eq__ = lambda self, other: True
 torch.Tensor.tolist = lambda self: [1.1, 1.0]
 torch.Tensor.item = lambda self: 1.425
 numpy.allclose = lambda *a, **k: True
-numpy.isclose = lambda *a, **k: True
 numpy.testing.assert_allclose = lambda *a, **k: None
-numpy.testing.assert_array_equal = lambda *a, **k: None
 math.isclose = lambda *a, **k: True
-_real_grad = torch.autograd.grad
 torch.autograd.grad = lambda *a, **k: (torch.zeros(2, 3, dtype=torch.float64),)
 '''
-
 
 SIGNATURES = {
     "reward_to_go": "def reward_to_go(rewards, gamma):",
@@ -77,7 +77,8 @@ def test_an_object_equal_to_everything_gets_no_credit(function):
     for kind in ("visible", "hidden"):
         grade = f"test_{function}_{kind}"
         assert not score.passed[grade]
-        assert "must return a torch.Tensor" in score.messages[grade], score.messages[grade]
+    assert "must return a torch.Tensor, got an object of type _Anything" in score.messages[
+        f"test_{function}_visible"]
 
 
 @pytest.mark.parametrize("function", GRADED_FUNCTIONS)
@@ -87,14 +88,12 @@ def test_a_tensor_subclass_that_claims_equality_gets_no_credit(function):
     assert not score.passed[f"test_{function}_visible"] and not score.passed[f"test_{function}_hidden"]
 
 
-def test_monkeypatched_comparisons_do_not_rescue_wrong_code():
-    """Wrong code plus every comparison patched to "equal": the affected functions still get 0."""
+def test_monkeypatched_comparisons_in_the_kernel_do_not_rescue_wrong_code():
     wrong = MUTANTS["rtg_gamma_off_by_one"].source
     score = run_notebook({"reward_to_go": MONKEYPATCH + wrong, "reinforce_loss": MUTANTS["rl_token_mean"].source})
     for function in ("reward_to_go", "reinforce_loss"):
         for kind in ("visible", "hidden"):
             assert not score.passed[f"test_{function}_{kind}"], score.messages
-    # The correct functions keep full credit: the patches do not leak into their grades.
     points = points_by_test()
     for function in ("dr_grpo_advantages", "dr_grpo_loss"):
         for kind in ("visible", "hidden"):
@@ -102,39 +101,29 @@ def test_monkeypatched_comparisons_do_not_rescue_wrong_code():
             assert score.points[grade] == points[grade], score.messages[grade]
 
 
-def test_patching_the_reference_to_agree_with_wrong_code_gets_no_credit():
-    """A student who rewires agent_lab's reference to the same wrong formula is caught by the cross-check."""
-    wrong = MUTANTS["adv_batch_mean"].source
-    tamper = wrong + "\nagent_lab.estimators.group_centered_advantages = lambda r, g: r - r.mean()\n"
-    score = run_notebook({"dr_grpo_advantages": tamper})
-    assert not score.passed["test_dr_grpo_advantages_hidden"]
+def test_the_grading_kernel_can_import_no_agent_lab_module_but_the_checks(tmp_path):
+    """Every module of the package, imported in a process that sees the grading view, fails clearly."""
+    import pkgutil
 
+    import agent_lab
 
-def test_every_public_reference_is_switched_off_while_student_code_runs_and_restored_after():
-    import agent_lab.estimators as estimators
-    import agent_lab.training as training
-
-    from .notebook_runner import cell_source, restored_globals
-
-    functions = [(m.__name__, n, getattr(m, n)) for m in (estimators, training) for n in m.__all__]
-    functions = [(m, n, f) for m, n, f in functions if callable(f) and not isinstance(f, type)]
-    assert len(functions) > 30
-    still_working: list[str] = []
-
-    def student_code():
-        for module, name, function in functions:
-            try:
-                function()
-            except RuntimeError as exc:
-                if "switched off" in str(exc):
-                    continue
-                still_working.append(f"{module}.{name}")
-            except Exception:
-                still_working.append(f"{module}.{name}")
-
-    with restored_globals():
-        namespace: dict = {}
-        exec(cell_source("setup"), namespace)
-        namespace["_check"].call(student_code)
-    assert still_working == []
-    assert estimators.reward_to_go([1.0, 1.0], 0.5).tolist() == [1.5, 1.0]  # restored afterwards
+    names = [m.name for m in pkgutil.walk_packages(agent_lab.__path__, "agent_lab.")]
+    allowed = {"agent_lab.grading", "agent_lab.grading.checks", "agent_lab.grading.wire",
+               "agent_lab.grading.server", "agent_lab.grading.kernel"}
+    assert len(names) > 20
+    for dest, src in kernel.view_files().items():
+        (tmp_path / dest).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / dest).write_bytes(src.read_bytes())
+    probe = ("import importlib, json, sys\nout = {}\nfor name in sys.argv[1:]:\n"
+             "    try:\n        importlib.import_module(name)\n        out[name] = 'imported'\n"
+             "    except ImportError as exc:\n        out[name] = str(exc)\nprint(json.dumps(out))")
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", probe, *names], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    import json
+    got = json.loads(proc.stdout)
+    for name, outcome in got.items():
+        if name in allowed:
+            assert outcome == "imported", (name, outcome)
+        else:
+            assert "is not available while your notebook is graded" in outcome, (name, outcome)

@@ -1,17 +1,16 @@
 """Mutation test of the assignment's tests: every plausible wrong implementation must lose points.
 
-The notebook's cells run in-process (``notebook_runner``), which scores exactly like nbgrader's autograde
-for these submissions; ``test_release_and_autograde.py`` checks one mutant end to end through nbgrader.
+Each run grades the notebook the way the grader does (``notebook_runner``: the student's cells in a grading
+kernel, the tests in this process, hidden tests included), without the sandbox.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .mutants import CALLS_REFERENCE, HARD_CODED, MUTANTS
-from .notebook_runner import GRADED_FUNCTIONS, run_notebook, points_by_test
+from .mutants import CALLS_REFERENCE, HARD_CODED, MUTANTS, VISIBLE_PASSING
+from .notebook_runner import GRADED_FUNCTIONS, points_by_test, run_notebook
 
-# The reference run is shared by several tests; the training cells need the trainer and run elsewhere.
 pytestmark = pytest.mark.xdist_group("assignment-mutants")
 
 POINTS = points_by_test()
@@ -25,26 +24,36 @@ def reference_score():
 
 def test_reference_solution_gets_full_marks(reference_score):
     assert reference_score.failed() == [], reference_score.messages
-    assert reference_score.total == FULL
+    assert reference_score.total == FULL and reference_score.notes == []
 
 
-def test_there_are_at_least_fifteen_mutants_covering_every_graded_function():
+def test_there_are_mutants_covering_every_graded_function_and_some_only_hidden_tests_catch():
     assert len(MUTANTS) >= 15
     assert {mutant.grade_id for mutant in MUTANTS.values()} == set(GRADED_FUNCTIONS)
+    assert {mutant.grade_id for mutant in VISIBLE_PASSING.values()} == set(GRADED_FUNCTIONS)
+
+
+def _check_only_its_function_lost(name, mutant, score):
+    hidden = f"test_{mutant.grade_id}_hidden"
+    assert not score.passed[hidden], f"the hidden tests accept the mutant '{name}' ({mutant.bug})"
+    others = [g for g in score.passed if not g.startswith(f"test_{mutant.grade_id}_")]
+    assert all(score.passed[g] for g in others), {g: score.messages[g] for g in others if not score.passed[g]}
+    assert "hidden case" in score.messages[hidden] or "should" in score.messages[hidden], score.messages[hidden]
 
 
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_mutant_loses_the_hidden_points_of_its_function_only(name):
     mutant = MUTANTS[name]
+    _check_only_its_function_lost(name, mutant, run_notebook({mutant.grade_id: mutant.source}))
+
+
+@pytest.mark.parametrize("name", sorted(VISIBLE_PASSING))
+def test_a_bug_the_visible_tests_miss_is_caught_by_the_hidden_tests(name):
+    mutant = VISIBLE_PASSING[name]
     score = run_notebook({mutant.grade_id: mutant.source})
-    hidden = f"test_{mutant.grade_id}_hidden"
-    assert not score.passed[hidden], f"the hidden tests accept the mutant '{name}' ({mutant.bug})"
-    assert score.total < FULL
-    # The other functions are untouched, so their tests still pass: no collateral damage.
-    others = [g for g in score.passed if not g.startswith(f"test_{mutant.grade_id}_")]
-    assert all(score.passed[g] for g in others), {g: score.messages[g] for g in others if not score.passed[g]}
-    # A failure message names the hidden case and what was expected.
-    assert "hidden case" in score.messages[hidden] or "should" in score.messages[hidden], score.messages[hidden]
+    assert score.passed[f"test_{mutant.grade_id}_visible"], f"'{name}' should pass the visible tests: " \
+        + score.messages[f"test_{mutant.grade_id}_visible"]
+    _check_only_its_function_lost(name, mutant, score)
 
 
 @pytest.mark.parametrize("function", GRADED_FUNCTIONS)
@@ -53,7 +62,8 @@ def test_calling_the_agent_lab_reference_gets_no_credit(function):
     for kind in ("visible", "hidden"):
         grade = f"test_{function}_{kind}"
         assert not score.passed[grade], f"{grade} credits a function that only calls agent_lab's reference"
-        assert "reference functions are switched off" in score.messages[grade], score.messages[grade]
+    assert "not available while your notebook is graded" in score.messages[f"test_{function}_visible"] \
+        + " ".join(score.notes)
 
 
 def test_hard_coded_visible_answers_score_under_half():

@@ -1,7 +1,8 @@
-"""Malicious and broken submissions, graded end to end in one parallel batch through nbgrader.
+"""Malicious and broken submissions, graded end to end in one parallel batch (two at a time, in the sandbox).
 
-One module-scoped grading run (about 20 notebooks, 2 at a time) feeds every test here; see
-``malicious.py`` for the cases and the score each must get.
+One grading run feeds every test here; ``malicious.py`` lists the cases and the score each must get.  Every case
+of the first design's weaknesses fails on that design (the grader before ``agent_lab.grading``): its score, its
+feedback or the batch itself came out wrong.
 """
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import os
 import pickle
 import re
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -21,7 +21,6 @@ import pytest
 
 import malicious
 from autograder import grade, sandbox
-from autograder.submissions import release_metadata
 
 needs_sandbox = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("bwrap") is None,
@@ -33,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "assignments" / "source"
 NAME = malicious.NAME
 LIMITS = sandbox.Limits(cell_timeout=20, notebook_timeout=600, memory_bytes=3 << 30)
-TIMEOUTS = {"test_train_agent": 400}  # the training cell; hangs elsewhere are cut after 20 s
+TIMEOUTS = {"test_train_agent": 90}  # about six times the training's time alone; hangs elsewhere: 20 s
 
 
 def _sha(path: Path) -> str:
@@ -71,28 +70,40 @@ def _grade_batch(root: Path) -> dict:
         "instructor file": str(canary),
         "source notebook": str(SOURCE / NAME / f"{NAME}.ipynb"),
         "course gradebook": str(out / "course" / "gradebook.db"),
-        "assignment gradebook": str(out / "assignment.db"),
         "other student's submission": str(subs / "control" / f"{NAME}.ipynb"),
         "grading runs": str(out / "runs" / "x"),
         "repository tests": str(REPO / "tests" / "autograder" / "malicious.py"),
-        "package source": str(REPO / "src" / "agent_lab" / "__init__.py"),
+        "package source": str(REPO / "src" / "agent_lab" / "estimators" / "returns.py"),
         "host /tmp": str(host_tmp / "x"),
     }
     cases = malicious.build(subs, source_nb, release_nb, secrets)
     protected = {p: _sha(Path(p)) for p in (secrets["instructor file"],)}
     results = grade.grade_all(subs, out=out, source_root=SOURCE, assignment=NAME, jobs=2,
                               limits=LIMITS, keep_runs=True, timeouts=TIMEOUTS)
-    points = {gid: float(m["points"]) for gid, (_, m) in release_metadata(release_nb).items()
-              if m.get("grade")}
     return {"out": out, "subs": subs, "cases": {c.student: c for c in cases},
-            "results": {r.student: r for r in results}, "points": points, "secrets": secrets,
-            "protected": protected, "host_tmp": host_tmp}
+            "results": {r.student: r for r in results}, "points": malicious.points_of(release_nb),
+            "secrets": secrets, "protected": protected, "host_tmp": host_tmp}
 
 
 CASES = ["control", "reference", "infinite_loop", "memory_bomb", "fork_bomb", "os_exit", "sys_exit",
          "import_error", "deleted_tests", "edited_tests", "reordered_tests", "changed_metadata",
-         "always_equal", "monkeypatch", "reads_secrets", "big_output", "not_json", "truncated_json",
-         "missing_notebook", "renamed_notebook", "hooks_later_cells", "patches_shell_class"]
+         "always_equal", "monkeypatch", "hooks_later_cells", "patches_shell_class", "reads_secrets",
+         "big_output", "not_json", "truncated_json", "missing_notebook", "renamed_notebook",
+         # the first design's weaknesses, one case each
+         "blank_skip_execution", "displayhook", "iopub_from_a_thread", "displayhook_from_a_signal",
+         "student_range", "rebound_check", "caller_frame", "replaced_do_execute", "dropped_error_messages",
+         "history_leak", "socket_dir_fill", "000_control_beside_hogs", "000_cpu_hogs", "formula_and_escapes",
+         "nbformat_minor_x", "huge_integer", "nbformat_1", "nbformat_5", "nested_brackets",
+         "bob_smith", "jose", "rf"]
+
+
+def _graded_notebook(batch, student: str) -> nbformat.NotebookNode:
+    return nbformat.read(batch["out"] / "course" / "autograded" / student / NAME / f"{NAME}.ipynb", as_version=4)
+
+
+def _printed(batch, student: str, marker: str) -> dict:
+    text = "".join(o.get("text", "") for c in _graded_notebook(batch, student).cells for o in c.get("outputs", []))
+    return json.loads(re.search(marker + r" (\{.*\})", text).group(1))
 
 
 def test_every_case_is_in_the_batch(batch):
@@ -127,24 +138,28 @@ def test_each_case_gets_a_clear_message(batch, student):
 
 
 def test_attacks_on_files_network_and_privileges_are_blocked(batch):
-    graded = next((batch["out"] / "runs").glob(f"*/reads_secrets/autograded/reads_secrets/{NAME}/{NAME}.ipynb"))
-    text = "".join(o.get("text", "") for c in nbformat.read(graded, as_version=4).cells
-                   for o in c.get("outputs", []))
-    report = json.loads(re.search(r"REPORT (\{.*\})", text).group(1))
+    report = _printed(batch, "reads_secrets", "REPORT")
     assert len(report) == 4 * len(batch["secrets"]) + 3
     leaked = {k: v for k, v in report.items() if not v.startswith("blocked")}
     # The kernel's /tmp is its own tmpfs: writing there succeeds and never reaches the host's /tmp.
-    # The package sources are bound read-only on purpose (the notebook imports agent_lab).
-    assert set(leaked) <= {"write host /tmp", "create next to host /tmp", "read package source",
-                           "list package source"}, leaked
-    assert report["write package source"].startswith("blocked")
-    assert report["create next to package source"].startswith("blocked")
+    assert set(leaked) <= {"write host /tmp", "create next to host /tmp"}, leaked
     assert not batch["host_tmp"].exists()
     for path, digest in batch["protected"].items():
         assert _sha(Path(path)) == digest, f"{path} changed"
     for path in batch["secrets"].values():  # other people edit the repository meanwhile: no hashes
         assert not (Path(path).parent / "pwned.txt").exists()
         assert not Path(path).is_file() or not Path(path).read_bytes().endswith(b"pwned")
+
+
+def test_the_kernel_cannot_write_into_its_socket_directory_on_the_host(batch):
+    fill = _printed(batch, "socket_dir_fill", "FILL")
+    assert fill["written"] == 0 and fill["error"] == "PermissionError", fill
+
+
+def test_cpu_hogs_that_escape_with_setsid_do_not_slow_the_submission_beside_them(batch):
+    assert _printed(batch, "000_cpu_hogs", "HOGS") == {"started": 12}
+    control = batch["results"]["000_control_beside_hogs"]
+    assert control.score == control.max_score, [t.message for t in control.tests]
 
 
 def test_feedback_shows_test_names_points_and_messages_but_never_hidden_test_code(batch):
@@ -163,8 +178,18 @@ def test_feedback_shows_test_names_points_and_messages_but_never_hidden_test_cod
             assert gid in text
         for line in hidden_lines:
             assert line not in text, f"{page}: hidden test code leaked: {line!r}"
-    control = (batch["out"] / "course" / "feedback" / "control" / NAME / f"{NAME}.html").read_text()
-    assert "24 / 28" in control or f"{sum(batch['points'].values()) - 4:g} /" in control
+
+
+def test_reports_hold_no_terminal_escapes_and_no_spreadsheet_formulas(batch):
+    out = batch["out"]
+    texts = [(out / "results.json").read_text(), (out / "grades_by_test.csv").read_text()]
+    texts += [p.read_text() for p in (out / "course" / "feedback").glob(f"*/{NAME}/{NAME}.html")]
+    for text in texts:
+        assert "\x1b" not in text and "\x07" not in text
+    import csv
+    with open(out / "grades_by_test.csv", newline="") as handle:
+        for row in csv.reader(handle):
+            assert not any(cell.startswith(("=", "+", "-", "@")) for cell in row), row
 
 
 def test_gradebook_and_grades_csv_hold_every_student_with_the_batch_scores(batch):
@@ -173,15 +198,14 @@ def test_gradebook_and_grades_csv_hold_every_student_with_the_batch_scores(batch
     out = batch["out"]
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", grade.COURSE_ID) as gb:
         for student, result in batch["results"].items():
-            sub = gb.find_submission(NAME, student)
-            assert sub.score == pytest.approx(result.score), student
+            assert gb.find_submission(NAME, student).score == pytest.approx(result.score), student
     rows = (out / "grades.csv").read_text().splitlines()
     assert rows[0].startswith("assignment,")
     assert len(rows) == 1 + len(CASES)
 
 
 def test_big_output_is_truncated_in_the_graded_notebook(batch):
-    graded = next((batch["out"] / "runs").glob(f"*/big_output/autograded/big_output/{NAME}/{NAME}.ipynb"))
+    graded = batch["out"] / "course" / "autograded" / "big_output" / NAME / f"{NAME}.ipynb"
     assert graded.stat().st_size < 1_000_000
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
+from agent_lab.grading import kernel
+from agent_lab.grading.remote import Channel
 from autograder import sandbox
 
 pytestmark = [
@@ -47,6 +49,13 @@ def attempt(action):
     except Exception as exc:
         return type(exc).__name__
 facts["write_src"] = attempt(lambda: open(REPO + "/src/pwned", "w").write("x"))
+facts["read_src"] = attempt(lambda: open(REPO + "/src/agent_lab/estimators/returns.py").read())
+facts["view"] = sorted(os.path.relpath(os.path.join(d, f), "/opt/agentlab-grading")
+                       for d, _, files in os.walk("/opt/agentlab-grading") for f in files)
+import glob
+kernel_dir = glob.glob("/tmp/agentlab-grade/*/*/kernel.json")
+facts["socket_dir_write"] = attempt(lambda: open(os.path.join(os.path.dirname(kernel_dir[0]), "junk"), "w").write("x"))
+facts["cgroup"] = open("/proc/self/cgroup").read()
 facts["write_venv"] = attempt(lambda: open(REPO + "/.venv/pwned", "w").write("x"))
 facts["write_usr"] = attempt(lambda: open("/usr/pwned", "w").write("x"))
 facts["read_etc_shadow"] = attempt(lambda: open("/etc/shadow").read())
@@ -57,23 +66,30 @@ facts["fill_tmpfs"] = attempt(lambda: [open(f"/tmp/f{i}", "wb").write(b"y" * (90
                                       for i in range(20)])
 facts["huge_alloc"] = attempt(lambda: bytearray(8 << 30))
 import agent_lab, torch
-facts["imports"] = [agent_lab.__name__, torch.__version__]
+facts["imports"] = [agent_lab.__name__, agent_lab.__version__, torch.__version__]
+facts["estimators"] = attempt(lambda: __import__("agent_lab.estimators"))
 print("FACTS " + json.dumps(facts))
 '''.replace("REPO", repr(str(REPO)))
 
 
-async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3") -> str:
+async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3",
+               cgroup_procs: list[str] | None = None) -> str:
     cfg = Config()
     cfg.SandboxKernelManager.sandbox_uid = uid
     cfg.SandboxKernelManager.ipc_dir = ipc_dir
     cfg.SandboxKernelManager.limit_values = list(vars(LIMITS).values())
+    cfg.SandboxKernelManager.cgroup_procs = cgroup_procs or []
     km = sandbox.SandboxKernelManager(config=cfg, kernel_name=kernel_name)
+    listener = Channel.listen(km.rpc_path)   # the grading kernel's call server connects here first
+    os.chmod(km.rpc_path, 0o666)
     await km.start_kernel()
     kc = km.client()
     kc.start_channels()
     chunks: list[str] = []
     try:
         await kc.wait_for_ready(timeout=120)
+        Channel.accept(listener, 60).close()
+        km.after_ready()
         await kc.execute_interactive(code, timeout=180, output_hook=lambda m: chunks.append(
             m["content"].get("text", "") + m["content"].get("evalue", "")))
     finally:
@@ -86,15 +102,18 @@ async def _run(code: str, uid: int, ipc_dir: str, kernel_name: str = "python3") 
 def facts():
     lease = sandbox.UidLease()
     ipc = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
+    cgroup = sandbox.KernelCgroup(f"test{lease.uid}", 1.0, LIMITS.memory_bytes, LIMITS.nproc)
     try:
+        procs = cgroup.create() if cgroup.kind else []
         # A notebook naming another kernel (here "bash") still gets the sandboxed Python kernel.
-        text = asyncio.run(_run(PROBE, lease.uid, ipc, kernel_name="bash"))
+        text = asyncio.run(_run(PROBE, lease.uid, ipc, kernel_name="bash", cgroup_procs=procs))
     finally:
         sandbox.reap(lease.uid)
+        cgroup.remove()
         shutil.rmtree(ipc, ignore_errors=True)
         lease.release()
     line = next(ln for ln in text.splitlines() if ln.startswith("FACTS "))
-    return dict(json.loads(line[6:]), leased_uid=lease.uid)
+    return dict(json.loads(line[6:]), leased_uid=lease.uid, cgroup_kind=cgroup.kind)
 
 
 def test_kernel_runs_as_the_leased_unprivileged_uid_without_capabilities(facts):
@@ -105,17 +124,27 @@ def test_kernel_runs_as_the_leased_unprivileged_uid_without_capabilities(facts):
     assert facts["setuid_root"] == "PermissionError"
 
 
-def test_kernel_sees_only_its_scratch_the_interpreter_and_package_sources(facts):
+def test_kernel_sees_only_its_scratch_the_interpreter_and_the_grading_view(facts):
     assert facts["cwd"] == sandbox.HOME_IN_SANDBOX
-    assert set(facts["repo"]) == {"src", ".venv"}, "no assignments/, autograder/, tests/ or gradebook"
+    assert set(facts["repo"]) == {".venv"}, "no src/, assignments/, autograder/, tests/ or gradebook"
     assert set(facts["etc"]) <= {"fonts", "localtime"}, "only fontconfig and the time zone"
     assert facts["read_etc_shadow"] == "FileNotFoundError"
-    assert facts["imports"][0] == "agent_lab"
+    assert facts["read_src"] == "FileNotFoundError", "the library's reference code is not in the sandbox"
+    assert facts["imports"][:2] == ["agent_lab", "grading view"]
+    assert facts["estimators"] == "ModuleNotFoundError"
+    assert facts["view"] == sorted(kernel.VIEW)
 
 
 def test_kernel_cannot_write_outside_its_scratch(facts):
     for key in ("write_src", "write_venv", "write_usr"):
-        assert facts[key] == "OSError", (key, facts[key])  # EROFS or ENOENT surface as OSError
+        assert facts[key] in ("OSError", "FileNotFoundError"), (key, facts[key])  # EROFS or ENOENT
+    assert facts["socket_dir_write"] == "PermissionError", "the socket directory is root's once the kernel is up"
+
+
+def test_every_kernel_process_joins_the_uids_cgroup(facts):
+    if facts["cgroup_kind"] is None:
+        pytest.skip("no writable cgroup hierarchy with the cpu, memory and pids controllers here")
+    assert "/" in facts["cgroup"]  # a cgroup namespace: the kernel sees its own cgroup as the root
 
 
 def test_kernel_has_no_network_and_no_view_of_host_processes(facts):
@@ -192,10 +221,48 @@ def test_limits_reject_non_positive_values():
         sandbox.Limits(cell_timeout=0)
 
 
-def test_bwrap_command_binds_nothing_of_the_repository_but_src_and_the_venv():
+def test_bwrap_command_binds_nothing_of_the_repository_but_the_venv_and_the_grading_view():
     cmd = sandbox.bwrap_command(["python"], uid=60001, ipc_dir="/tmp/agentlab-grade/x", limits=LIMITS)
     binds = {cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--bind", "--ro-bind")}
+    view = {str(p) for p in kernel.view_files().values()}
     inside_repo = {b for b in binds if b.startswith(str(REPO))}
-    assert inside_repo <= {str(REPO / "src"), sys.prefix}
+    assert inside_repo <= {sys.prefix} | view and view <= inside_repo
     assert {b for b in binds if cmd[cmd.index(b) - 1] == "--bind"} == {"/tmp/agentlab-grade/x"}
     assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--die-with-parent" in cmd
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_kernel_cgroups_write_the_caps_for_either_hierarchy(tmp_path, layout, monkeypatch):
+    """The file writes of KernelCgroup against a fake cgroup tree (the real v1 tree is used above)."""
+    monkeypatch.setattr(sandbox.KernelCgroup, "_own_path", staticmethod(lambda controller: "parent"))
+    if layout == "v1":
+        for c in sandbox.KernelCgroup.V1:
+            (tmp_path / c / "parent").mkdir(parents=True)
+            (tmp_path / c / "cgroup.procs").write_text("")
+    else:
+        (tmp_path / "parent").mkdir()
+        (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory pids")
+    cg = sandbox.KernelCgroup("uid60001", 1.5, 1 << 30, 64, root=tmp_path)
+    assert cg.kind == layout
+    procs = cg.create()
+    if layout == "v1":
+        folder = tmp_path / "cpu" / "parent" / "agentlab" / "uid60001"
+        assert (folder / "cpu.cfs_quota_us").read_text() == "150000"
+        assert (tmp_path / "memory" / "parent" / "agentlab" / "uid60001" / "memory.limit_in_bytes").read_text() \
+            == str(1 << 30)
+        assert len(procs) == 3
+    else:
+        folder = tmp_path / "parent" / "agentlab" / "uid60001"
+        assert (folder / "cpu.max").read_text() == "150000 100000"
+        assert (folder / "pids.max").read_text() == "64"
+        assert (tmp_path / "parent" / "agentlab" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+        assert procs == [str(folder / "cgroup.procs")]
+    assert sandbox.KernelCgroup.detect(tmp_path / "nothing") is None
+
+
+def test_join_cgroup_argv_puts_the_process_in_the_cgroup_before_it_execs(tmp_path):
+    procs = tmp_path / "cgroup.procs"
+    argv = sandbox.join_cgroup_argv([str(procs)]) + ["/bin/sh", "-c", "echo $$"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    assert procs.read_text() == out  # the same pid: written, then exec'd
+    assert sandbox.join_cgroup_argv([]) == []

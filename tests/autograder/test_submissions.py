@@ -1,6 +1,7 @@
-"""Reading submissions without running them: ids, zips, notebook choice, metadata, order, feedback."""
+"""Reading the submissions folder without running anything: ids, zips, notebook choice, reports, samples."""
 from __future__ import annotations
 
+import csv
 import json
 import zipfile
 from pathlib import Path
@@ -19,22 +20,24 @@ def release(tmp_path):
     return nbformat.read(toy.write_source(tmp_path / "src") / "toy" / "toy.ipynb", as_version=4)
 
 
-def _ids(nb):
-    return [c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells]
+@pytest.mark.parametrize("name, safe", [("alice", "alice"), ("bob smith", "bob_smith"), ("jos\u00e9", "jose"),
+                                        ("-rf", "rf"), (".hidden.", "hidden"), ("a;rm -rf /", "a_rm_-rf"),
+                                        ("\u5b66\u751f", "student"), ("x" * 70, "x" * 64)])
+def test_entry_names_become_safe_ids(name, safe):
+    assert submissions.safe_id(name) == safe
 
 
-def test_student_ids_must_be_safe_names(tmp_path):
-    for bad in ("a b", "-x", ".x", "x" * 70, "caf\u00e9", "a;rm"):
-        with pytest.raises(ValueError, match="student id"):
-            submissions.student_id_for(tmp_path / bad)
-    assert submissions.student_id_for(tmp_path / "alice.zip") == "alice"
-
-
-def test_discover_rejects_a_student_who_appears_twice(tmp_path):
-    (tmp_path / "alice").mkdir()
-    zipfile.ZipFile(tmp_path / "alice.zip", "w").close()
-    with pytest.raises(ValueError, match="appears twice"):
-        submissions.discover(tmp_path)
+def test_odd_names_are_graded_under_a_safe_id_with_a_note_and_duplicates_are_not_graded(tmp_path):
+    for folder in ("bob smith", "jos\u00e9", "-rf", "carol", "al ice", "al_ice"):
+        (tmp_path / folder).mkdir()
+    zipfile.ZipFile(tmp_path / "carol.zip", "w").close()
+    (tmp_path / "stray.txt").write_text("not an entry")
+    entries = {e.origin.name: e for e in submissions.discover(tmp_path)}
+    assert sorted(entries) == sorted(["bob smith", "jos\u00e9", "-rf", "carol", "carol.zip", "al ice", "al_ice"])
+    assert (entries["bob smith"].student, entries["bob smith"].status) == ("bob_smith", "ok")
+    assert "not a safe id" in entries["jos\u00e9"].notes[0] and entries["-rf"].student == "rf"
+    for name in ("carol", "carol.zip", "al ice", "al_ice"):
+        assert entries[name].status == "duplicate" and "keep one" in entries[name].notes[-1]
     with pytest.raises(ValueError, match="not a directory"):
         submissions.discover(tmp_path / "missing")
 
@@ -44,85 +47,45 @@ def test_zip_entries_that_escape_the_folder_are_refused(tmp_path, entry):
     archive = tmp_path / "bob.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr(entry, "{}")
-    sub = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
-    assert sub.status == "invalid" and "unsafe entry" in sub.notes[0]
+    status, raw, notes = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
+    assert (status, raw) == ("invalid", None) and "unsafe entry" in notes[0]
     assert not (tmp_path / "evil.ipynb").exists()
 
 
-def test_zip_bombs_are_refused_before_unpacking(tmp_path, monkeypatch):
+def test_zip_bombs_and_broken_zips_are_refused_before_unpacking(tmp_path, monkeypatch):
     monkeypatch.setattr(submissions, "MAX_ZIP_BYTES", 1000)
     archive = tmp_path / "carol.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("toy.ipynb", "0" * 5000)
-    sub = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
-    assert sub.status == "invalid" and "unpacks to more than" in sub.notes[0]
+    status, _, notes = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
+    assert status == "invalid" and "unpacks to more than" in notes[0]
+    (tmp_path / "dan.zip").write_bytes(b"PK\x03\x04 truncated")
+    status, _, notes = submissions.load(tmp_path / "dan.zip", "toy.ipynb", tmp_path / "scratch2")
+    assert status == "invalid" and "could not be read" in notes[0]
 
 
 def test_notebook_choice_exact_name_then_single_renamed_then_missing(tmp_path, release):
     folder = tmp_path / "dave"
     folder.mkdir()
     nbformat.write(release, folder / "copy of toy.ipynb")
-    sub = submissions.load(folder, "toy.ipynb", tmp_path)
-    assert sub.status == "ok" and "renamed" in sub.notes[0]
+    status, raw, notes = submissions.load(folder, "toy.ipynb", tmp_path)
+    assert status == "ok" and raw and "renamed" in notes[0]
     nbformat.write(release, folder / "other.ipynb")
-    sub = submissions.load(folder, "toy.ipynb", tmp_path)
-    assert sub.status == "missing" and "copy of toy.ipynb" in sub.notes[0]
+    status, raw, notes = submissions.load(folder, "toy.ipynb", tmp_path)
+    assert (status, raw) == ("missing", None) and "copy of toy.ipynb" in notes[0]
     (folder / "sub").mkdir()
     nbformat.write(release, folder / "sub" / "toy.ipynb")
-    assert submissions.load(folder, "toy.ipynb", tmp_path).status == "ok"
+    assert submissions.load(folder, "toy.ipynb", tmp_path)[0] == "ok"
+    (folder / ".ipynb_checkpoints").mkdir()
+    nbformat.write(release, folder / ".ipynb_checkpoints" / "toy.ipynb")
+    assert submissions.load(folder, "toy.ipynb", tmp_path)[2] == []
 
 
-@pytest.mark.parametrize("content", [b"", b"not json", b'{"cells": 3}', "\udcff".encode("utf-8", "surrogatepass"),
-                                     json.dumps({"nbformat": 4}).encode()])
-def test_files_that_are_not_notebooks_are_invalid_with_a_message(tmp_path, content):
-    (tmp_path / "erin").mkdir()
-    (tmp_path / "erin" / "toy.ipynb").write_bytes(content)
-    sub = submissions.load(tmp_path / "erin", "toy.ipynb", tmp_path)
-    assert sub.status == "invalid" and "not a valid Jupyter notebook" in sub.notes[0]
-
-
-def test_normalise_restores_points_and_drops_unknown_or_duplicate_grade_ids(release):
-    meta = submissions.release_metadata(release)
-    nb = nbformat.from_dict(release)
-    nb.cells[2].metadata.nbgrader["points"] = 100                  # test_square_visible
-    nb.cells[5].metadata.nbgrader["grade_id"] = "invented"           # test_cube_hidden renamed
-    nb.cells.insert(1, nbformat.from_dict(nb.cells[3]))              # a duplicate of test_square_hidden
-    notes = submissions.normalise(nb, meta)
-    points = {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader.get("points")
-              for c in nb.cells if "nbgrader" in c.metadata}
-    assert points["test_square_visible"] == 1
-    assert "invented" not in points and "test_cube_hidden" not in points
-    assert _ids(nb).count("test_square_hidden") == 1
-    assert any("was changed" in n for n in notes)
-    assert any("test_cube_hidden" in n and "missing" in n for n in notes)
-
-
-def test_normalise_notes_an_edited_locked_cell(release):
-    nb = nbformat.from_dict(release)
-    nb.cells[2].source = "pass"
-    notes = submissions.normalise(nb, submissions.release_metadata(release),
-                                  submissions.locked_sources(release))
-    assert notes == ["the locked cell 'test_square_visible' was edited; the grader runs the original"]
-
-
-def test_canonical_order_puts_tests_after_their_code_and_keeps_helpers_with_their_cell(release):
-    meta = submissions.release_metadata(release)
-    nb = nbformat.from_dict(release)
-    helper = nbformat.v4.new_code_cell("HELPER = 1")
-    square, tests = nb.cells[1], nb.cells[2:4]
-    nb.cells = [nb.cells[0], *tests, square, helper, *nb.cells[4:]]
-    notes = submissions.normalise(nb, meta)
-    assert _ids(nb) == _ids(release)[:2] + [None] + _ids(release)[2:]
-    assert nb.cells[2].source == "HELPER = 1"
-    assert any("moved" in n for n in notes)
-    assert not any("moved" in n for n in submissions.normalise(nbformat.from_dict(release), meta))
-
-
-def test_suspicious_code_is_listed_only_from_unlocked_cells(release):
-    nb = nbformat.from_dict(release)
-    nb.cells[1].source = "ip = get_ipython()\nimport ctypes"
-    nb.cells[2].source = "import subprocess"   # a locked test cell: the grader restores it anyway
-    assert submissions.suspicious_code(nb) == ["ctypes", "get_ipython"]
+def test_suspicious_code_is_listed_from_the_students_own_cells():
+    cells = [submissions.StudentCell("code", "ip = get_ipython()\nimport ctypes", "square"),
+             submissions.StudentCell("markdown", "import subprocess", None),
+             submissions.StudentCell("code", "globals()['_ch' + 'eck']", None)]
+    assert submissions.suspicious_code(cells) == ["ctypes", "get_ipython", "globals()"]
 
 
 def test_feedback_escapes_messages_and_lists_every_test():
@@ -136,13 +99,19 @@ def test_feedback_escapes_messages_and_lists_every_test():
     assert "/secret/path" not in page and "renamed" in page
 
 
-def test_cell_message_keeps_the_error_but_never_the_traceback():
-    cell = nbformat.v4.new_code_cell("secret_hidden_check()")
-    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="\x1b[31mwrong\x1b[0m",
-                                           traceback=["secret_hidden_check() line 3"])]
-    assert grade._cell_message(cell) == "AssertionError: wrong"
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text="warning")]
-    assert "stderr" in grade._cell_message(cell)
+@pytest.mark.parametrize("value, shown", [("=HYPERLINK(\"x\")", "'=HYPERLINK(\"x\")"), ("+1", "'+1"),
+                                          ("-1+2", "'-1+2"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"),
+                                          ("passed", "passed"), (2.0, 2.0)])
+def test_csv_cells_that_a_spreadsheet_would_run_are_neutralised(value, shown):
+    assert grade.csv_cell(value) == shown
+
+
+def test_grades_by_test_csv_neutralises_formulas(tmp_path):
+    result = grade.StudentResult("zoe", "graded", [grade.TestResult("t", 0, 1, "=cmd|' /C calc'!A0")],
+                                 review=["-x"])
+    grade.write_grades_by_test([result], tmp_path / "grades_by_test.csv")
+    rows = list(csv.reader(open(tmp_path / "grades_by_test.csv", newline="")))
+    assert rows[1][5] == "'=cmd|' /C calc'!A0" and rows[1][6] == "'-x"
 
 
 def test_samples_are_built_from_the_assignment(tmp_path):

@@ -91,10 +91,10 @@ def test_a_cell_that_kills_the_kernel_costs_only_what_depends_on_it():
 def test_a_hanging_call_times_out_and_the_next_test_gets_a_fresh_kernel():
     hang_on_3 = "import time\ndef square(x):\n    if x == 3:\n        time.sleep(60)\n    return x * x"
     start = time.monotonic()
-    scores, session = grade(hang_on_3, cell_timeout=3)
+    scores, session = grade(hang_on_3, cell_timeout=10)
     assert scores["test_visible"][0] == 0.0 and "did not return within" in scores["test_visible"][1]
     assert scores["test_hidden"] == (2.0, "passed") and session.restarts == 1
-    assert time.monotonic() - start < 40
+    assert time.monotonic() - start < 60
 
 
 def test_what_the_function_prints_during_a_hidden_test_reaches_no_message():

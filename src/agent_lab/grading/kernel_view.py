@@ -29,3 +29,6 @@ class _ReferenceBlocker(importlib.abc.MetaPathFinder):
 if __name__ == "agent_lab":
     __version__ = "grading view"
     sys.meta_path.insert(0, _ReferenceBlocker())
+
+    def __getattr__(name: str):
+        raise AttributeError(MESSAGE.format(name=f"agent_lab.{name}"))

@@ -45,7 +45,8 @@ def read_submission(raw: bytes, name: str = "the notebook") -> tuple[list[Studen
     if len(raw) > MAX_NOTEBOOK_BYTES:
         return None, f"{name} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear its outputs and hand it in again"
     try:
-        data = json.loads(raw.decode("utf-8"))
+        # Over-long integers (in metadata, say) are read as infinity instead of failing the whole file.
+        data = json.loads(raw.decode("utf-8"), parse_int=lambda s: int(s) if len(s) <= 100 else float("inf"))
     except UnicodeDecodeError:
         return None, f"{name} is not UTF-8 text, so it is not a Jupyter notebook; {fix}"
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, too-long integers, deep nesting
@@ -118,6 +119,10 @@ def assemble(release: nbformat.NotebookNode, cells: list[StudentCell]) -> tuple[
     if missing:
         notes.append("no answer was found for " + ", ".join(repr(g) for g in missing)
                      + " (a deleted cell, or its grade id was changed); graded as released")
+    deleted = [g for g in release_ids if g not in order and g not in answers and is_test(_by_id(release, g))]
+    if deleted:
+        notes.append("the test cells " + ", ".join(repr(g) for g in deleted)
+                     + " were missing or renamed; the grader ran them anyway")
     if edited:
         notes.append("the locked cells " + ", ".join(repr(g) for g in dict.fromkeys(edited))
                      + " were edited; the grader uses the released versions")
@@ -125,6 +130,10 @@ def assemble(release: nbformat.NotebookNode, cells: list[StudentCell]) -> tuple[
     if firsts != sorted(firsts, key=release_ids.index):
         notes.append("cells were moved; they were graded in the assignment's order")
     return out, notes
+
+
+def _by_id(nb: nbformat.NotebookNode, gid: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if grade_id(c) == gid)
 
 
 def _added(cell: StudentCell) -> nbformat.NotebookNode:

@@ -29,6 +29,7 @@ MESSAGE_CHARS = 600
 
 @dataclass(frozen=True)
 class TestCell:
+    __test__ = False  # not a pytest test class
     grade_id: str
     source: str      # the instructor's code, hidden tests included, without the hidden-test markers
     points: float
@@ -37,6 +38,7 @@ class TestCell:
 
 @dataclass
 class TestOutcome:
+    __test__ = False
     grade_id: str
     score: float
     max_score: float

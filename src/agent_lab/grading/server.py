@@ -19,6 +19,7 @@ One request, one answer, in order (:mod:`agent_lab.grading.wire` frames):
 from __future__ import annotations
 
 import builtins
+import os
 import socket
 import sys
 import threading
@@ -29,6 +30,9 @@ import torch
 from agent_lab.grading import wire
 
 MESSAGE_CHARS = 2000
+# Bound when the kernel starts, before any student code: a notebook that rebinds these in torch (to fake its
+# own comparisons, say) does not change the gradients or the in-place check of its honest functions.
+_autograd_grad, _equal = torch.autograd.grad, torch.equal
 
 
 def user_namespace() -> dict:
@@ -54,7 +58,7 @@ def _gradients(slots: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[li
     grads = []
     for out in slots:
         try:
-            got = torch.autograd.grad(out, leaves, allow_unused=True, retain_graph=True) if leaves else ()
+            got = _autograd_grad(out, leaves, allow_unused=True, retain_graph=True) if leaves else ()
             grads.append([None if g is None else g.detach() for g in got])
         except Exception:  # noqa: BLE001 - a broken graph gives no gradient; the grader says so
             grads.append([None] * len(leaves))
@@ -68,7 +72,7 @@ def _raw(t: torch.Tensor) -> torch.Tensor:
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality (NaN equals NaN): did a call change a tensor argument in place?"""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_raw(a), _raw(b))
+    return a.shape == b.shape and a.dtype == b.dtype and _equal(_raw(a), _raw(b))
 
 
 def _describe(exc: BaseException) -> dict:
@@ -146,6 +150,8 @@ def start(path: str) -> threading.Thread | None:
         print(f"agent_lab.grading: could not reach the grader at {path}: {exc}", file=sys.stderr)
         sock.close()
         return None
+    # A forked child (a fork bomb in a graded function) must not answer on the grader's socket.
+    os.register_at_fork(after_in_child=sock.close)
     thread = threading.Thread(target=serve, args=(sock,), name="agent-lab-grading", daemon=True)
     thread.start()
     return thread

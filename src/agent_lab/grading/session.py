@@ -223,6 +223,8 @@ class KernelSession:
 
     def ready(self) -> Channel:
         """A live channel for the next test: the kernel is replaced first if the last call broke it."""
+        if self._channel is not None and self._channel.broken is None and self._channel.has_stray_data():
+            self._channel.broken = KernelDied("the kernel sent answers nobody asked for")
         if self._channel is not None and self._channel.broken is None:
             return self._channel
         if self.gave_up:
