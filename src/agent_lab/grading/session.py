@@ -118,7 +118,8 @@ class KernelSession:
         os.chmod(km.rpc_path, 0o666)             # the kernel runs as another user in the sandbox
         client = CappedClient(self.nb, km=km, timeout=self.limits.cell_timeout,
                               allow_errors=True, startup_timeout=self.limits.startup_timeout,
-                              kernel_name="python3", record_timing=False)
+                              kernel_name="python3", record_timing=False,
+                              shutdown_kernel="immediate")  # no state to save; the uid is reaped after
         client.max_output_chars = self.limits.max_output_chars
         self._client = client
         try:
