@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 
 from agent_lab.grading import runner
+from agent_lab.grading.session import plain_text
 from . import sandbox, submissions
 from .sandbox import KernelCgroup, Limits
 from .worker import Job
@@ -194,6 +195,15 @@ class Batch:
     limits: Limits
     timeouts: dict
     cpus_per_kernel: float
+    worker: tuple = ("-m", "autograder.worker")   # the worker's arguments after the interpreter
+    margin_s: float = 180.0                        # past the notebook budget, the worker is killed
+
+
+def _failed(entry: submissions.Entry, batch: Batch, note: str) -> StudentResult:
+    result = _zero_result(entry.student, "error", batch.tests, entry.notes,
+                          "grading failed for this notebook; the instructor has the log")
+    result.notes.append(note)
+    return result
 
 
 def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
@@ -216,13 +226,16 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
                   str(batch.source), str(scratch), lease.uid, str(ipc_dir), asdict(batch.limits),
                   dict(batch.timeouts), procs, list(entry.notes))
         (scratch / "job.json").write_text(json.dumps(asdict(job), indent=1))
-        _run_process([sys.executable, "-m", "autograder.worker", str(scratch / "job.json")], cwd=REPO,
-                     timeout=batch.limits.notebook_timeout + 180, log=log)
+        code = _run_process([sys.executable, *batch.worker, str(scratch / "job.json")], cwd=REPO,
+                            timeout=batch.limits.notebook_timeout + batch.margin_s, log=log)
+        if not (scratch / "result.json").exists():
+            raise RuntimeError(f"the grading process exited with code {code} and wrote no result")
         result = _from_json(json.loads((scratch / "result.json").read_text()))
-    except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
-        result = _zero_result(entry.student, "error", batch.tests, entry.notes,
-                              "grading failed for this notebook; the instructor has the log")
-        result.notes.append(f"grader log: {log} ({type(exc).__name__})")
+    except subprocess.TimeoutExpired:
+        result = _failed(entry, batch, f"the grading process ran past its time budget and was stopped; "
+                                       f"grader log: {log}")
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as exc:
+        result = _failed(entry, batch, f"{plain_text(str(exc), 200)} ({type(exc).__name__}); grader log: {log}")
     finally:
         try:
             sandbox.reap(lease.uid)  # nothing a student started may outlive the grading
@@ -269,7 +282,7 @@ def feedback_html(result: StudentResult, assignment: str) -> str:
         f"<tr class='{'pass' if t.score >= t.max_score else 'fail'}'><td>{esc(t.grade_id)}</td>"
         f"<td>{t.score:g} / {t.max_score:g}</td><td><pre>{esc(t.message)}</pre></td></tr>"
         for t in result.tests)
-    notes = "".join(f"<li>{esc(n)}</li>" for n in result.notes if not n.startswith("grader log"))
+    notes = "".join(f"<li>{esc(n)}</li>" for n in result.notes if "grader log:" not in n)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(assignment)}: feedback for {esc(result.student)}</title>
 <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse;width:100%}}

@@ -138,3 +138,17 @@ def test_samples_are_built_from_the_assignment(tmp_path):
                    if c.source != r.source}
         assert differs == changed, student
     assert SOLUTION_BLOCK.search(json.dumps(fill(release, {}).cells[0].source)) is None
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="leasing a sandbox uid needs root")
+@pytest.mark.parametrize("worker, fragment", [(("-c", "raise SystemExit(3)"), "exited with code 3"),
+                                              (("-c", "import time; time.sleep(60)"), "ran past its time budget")])
+def test_a_worker_that_crashes_or_hangs_gives_its_entry_an_error_and_nothing_else(tmp_path, worker, fragment):
+    from autograder.sandbox import Limits
+    (tmp_path / "erin").mkdir()
+    tests = [__import__("agent_lab.grading.runner", fromlist=["TestCell"]).TestCell("t", "pass", 2.0, False)]
+    batch = grade.Batch("toy", tmp_path, "run", tmp_path / "r.ipynb", tmp_path / "s.ipynb", tests,
+                        Limits(notebook_timeout=1), {}, 1.0, worker=worker, margin_s=1.0)
+    result = grade.run_worker(submissions.Entry("erin", tmp_path / "erin"), batch)
+    assert result.status == "error" and [t.score for t in result.tests] == [0.0]
+    assert "grading failed" in result.tests[0].message and any(fragment in n for n in result.notes)
