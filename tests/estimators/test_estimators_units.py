@@ -292,3 +292,56 @@ def test_reduce_loss_in_a_one_process_group_all_reduces_the_denominator(tmp_path
         assert loss.item() == 0.75 and numerator.grad.item() == 0.25
     finally:
         dist.destroy_process_group()
+
+
+# masked reductions over a dimension ---------------------------------------------------------------
+
+MASKED_X = T([1.0, 2.0, float("nan"), 4.0], [8.0, float("inf"), 5.0, -1.0], [3.0, 3.0, 3.0, 3.0])
+MASKED_M = torch.tensor([[1, 1, 0, 1], [1, 0, 1, 0], [0, 0, 0, 0]])
+
+
+def test_masked_sum_and_mean_over_each_dimension_on_a_worked_example():
+    assert E.masked_sum(MASKED_X, MASKED_M, 1).tolist() == [7.0, 13.0, 0.0]
+    assert E.masked_sum(MASKED_X, MASKED_M, 0).tolist() == [9.0, 2.0, 5.0, 4.0]
+    assert E.masked_sum(MASKED_X, MASKED_M).item() == 20.0
+    assert E.masked_mean(MASKED_X, MASKED_M, 1).tolist() == [7 / 3, 6.5, 0.0], "the empty row gives 0"
+    assert E.masked_mean(MASKED_X, MASKED_M, -2).tolist() == [4.5, 2.0, 5.0, 4.0]
+    assert E.masked_mean(MASKED_X, MASKED_M).item() == 20 / 5
+    assert E.masked_mean(MASKED_X, MASKED_M, (0, 1)).item() == 20 / 5
+    assert E.masked_mean(MASKED_X, MASKED_M, 1, keepdim=True).shape == (3, 1)
+    assert E.masked_sum(MASKED_X, MASKED_M, 0, keepdim=True).shape == (1, 4)
+    stated = E.masked_mean(MASKED_X, MASKED_M, 1, empty=float("nan"))
+    assert stated[:2].tolist() == [7 / 3, 6.5] and math.isnan(stated[2])
+
+
+def test_masked_mean_agrees_with_the_token_and_sequence_mean_objectives():
+    s = T([1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    num, den = E.aggregate(s, mask, "token_mean")
+    assert E.masked_mean(s, mask).item() == (num / den).item() == 10 / 4
+    assert E.masked_sum(s, mask).item() == num.item() == 10.0
+    num, den = E.aggregate(s, mask, "seq_mean_token_mean")
+    assert E.masked_mean(s, mask, 1).mean().item() == pytest.approx((num / den).item(), abs=1e-15)
+
+
+def test_masked_mean_gradient_is_one_over_the_count_inside_and_zero_outside_and_on_empty_slices():
+    x = T([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]).requires_grad_(True)
+    mask = torch.tensor([[1, 0, 1], [0, 0, 0]])
+    E.masked_mean(x, mask, 1).sum().backward()
+    assert x.grad.tolist() == [[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]]
+    x.grad = None
+    E.masked_sum(x, mask, 0).sum().backward()
+    assert x.grad.tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("dim", [2, -3, (), (0, 5), 1.0, True])
+def test_masked_reductions_reject_a_dimension_the_values_lack(dim):
+    with pytest.raises(ValueError, match=r"dim must be None, an int or a tuple of ints in \[-2, 2\)"):
+        E.masked_mean(MASKED_X[:, :2], MASKED_M[:, :2], dim)
+
+
+def test_masked_reductions_need_a_mask_of_the_values_shape():
+    with pytest.raises(ValueError, match=r"mask must have shape \(3, 4\), got shape \(3, 3\)"):
+        E.masked_sum(MASKED_X, MASKED_M[:, :3], 1)
+    with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+        E.masked_mean(MASKED_X, MASKED_M * 0.5, 1)
