@@ -151,6 +151,11 @@ def kl_estimate(
     instance, is :math:`\chi^2(p \Vert q) - D_{\mathrm{KL}}(p \Vert q)`, not a KL. Summing over a sequence
     gives the sequence KL; dividing by length changes the objective (seed 004 section 11). Positions outside
     ``action_mask`` are 0. Shapes: ``[B, L-1]`` (any equal shapes) in and out. ``ref_logprobs`` is detached.
+
+    As a *loss term* (differentiated through ``logprobs`` on tokens sampled from :math:`\pi_\theta`, with no
+    score-function term for the sampling) the three differ in what their expected gradient is: ``"k1"``
+    gives 0, ``"k2"`` gives :math:`\nabla D_{\mathrm{KL}}(\pi_\theta\Vert\pi_{\text{ref}})` and ``"k3"`` gives
+    :math:`\nabla D_{\mathrm{KL}}(\pi_{\text{ref}}\Vert\pi_\theta)`, the reverse direction.
     Book: part2/04_kl_and_group_baselines.
     """
     if kind not in KL_KINDS:
