@@ -361,3 +361,65 @@ def test_masked_reductions_need_a_mask_of_the_values_shape():
         E.masked_sum(MASKED_X, MASKED_M[:, :3], 1)
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         E.masked_mean(MASKED_X, MASKED_M * 0.5, 1)
+
+
+# edge cases found by mutation testing (make mutation) -------------------------------------------------
+
+def test_lecture_reward_to_go_defaults_to_gamma_one():
+    from agent_lab import training
+
+    assert training.reward_to_go([1.0, 2.0, 3.0]) == (6.0, 5.0, 3.0)
+
+
+def test_sequence_mean_log_ratio_divides_each_row_by_its_own_token_count():
+    lp = T([1.0, 2.0, 0.0], [3.0, 0.0, 0.0])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert E.sequence_log_ratios(lp, torch.zeros_like(lp), mask, "mean").tolist() == [1.5, 3.0]
+
+
+def test_local_loss_divides_by_any_positive_denominator_and_returns_the_numerator_for_zero():
+    assert E.local_loss(torch.tensor(1.0), torch.tensor(0.5)).item() == 2.0
+    assert E.local_loss(torch.tensor(3.0), torch.tensor(0.0)).item() == 3.0
+
+
+def test_running_mean_update_keeps_the_old_mean_from_count_one_and_refuses_a_bool_count():
+    mean, count = E.running_mean_update(2.0, 1, T(4.0))
+    assert (mean.item(), count) == (3.0, 2)
+    with pytest.raises(ValueError, match="count must be a non-negative integer, got True"):
+        E.running_mean_update(0.0, True, T(1.0))
+
+
+def test_optimal_constant_baseline_accepts_zero_weights():
+    # A zero-probability outcome is a valid weight; only negative ones are refused.
+    got = E.optimal_constant_baseline(T(1.0, 0.0, 5.0), T(1.0, 2.0, 3.0), weights=T(0.5, 0.5, 0.0))
+    assert got.item() == pytest.approx((0.5 * 1 + 0) / (0.5 * 1 + 0.5 * 4))
+
+
+def test_log_space_ess_refuses_a_row_of_zero_weights_and_normalises_each_row_by_its_own_maximum():
+    with pytest.raises(ValueError, match="must not be all zero"):
+        E.effective_sample_size(T([0.0, 0.0], [-float("inf"), -float("inf")]), log_weights=True)
+    log_w = T([0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [1.0, 1.0, 9.0])  # 3 x 3: a wrong broadcast would still run
+    rows = [E.effective_sample_size(row.exp()).item() for row in log_w]
+    assert E.effective_sample_size(log_w, log_weights=True).tolist() == pytest.approx(rows, rel=1e-12)
+
+
+def test_per_sample_gradient_norms_of_one_sample_of_an_untouched_sample_and_in_bfloat16():
+    theta = torch.tensor([3.0, 4.0], dtype=DTYPE, requires_grad=True)
+    assert E.per_sample_gradient_norms((theta * theta.detach()).sum()[None], [theta]).tolist() == [5.0]
+    other = torch.ones(1, dtype=DTYPE, requires_grad=True)
+    untouched = torch.stack([theta.sum(), other.sum()])  # sample 1 depends on no listed parameter
+    assert E.per_sample_gradient_norms(untouched, [theta]).tolist() == pytest.approx([2**0.5, 0.0])
+    # bf16 parameters: squares are summed in float32 and the norms come back in the contributions' dtype.
+    half = torch.full((4096,), 0.01, dtype=torch.bfloat16, requires_grad=True)
+    norms = E.per_sample_gradient_norms((half * half.detach()).sum()[None] * 1.0, [half])
+    want = (half.detach().float() ** 2).sum().sqrt()
+    assert norms.dtype == torch.bfloat16 and norms.float().item() == pytest.approx(want.item(), rel=1e-2)
+
+
+def test_top_share_defaults_to_the_largest_entry_and_accepts_totals_below_one():
+    assert E.top_share(T(1.0, 2.0, 3.0)).item() == pytest.approx(0.5)
+    assert E.top_share(T(0.2, 0.3)).item() == pytest.approx(0.6)
+
+
+def test_policy_lag_of_a_single_sequence():
+    assert E.policy_lag(torch.tensor([3]), 5).tolist() == [2]
