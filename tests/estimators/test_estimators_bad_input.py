@@ -187,6 +187,11 @@ STARTS = {
     "ess log text": (lambda: E.effective_sample_size("x", log_weights=True), "weights must be a tensor or a sequence"),
     "top values": (lambda: E.top_share(torch.tensor([NAN, 1.0])), "values must be finite"),
     "top k": (lambda: E.top_share(torch.ones(3), 0), "k must be a positive integer, got 0"),
+    # the lecture's scalar API
+    "lecture rewards": (lambda: training.reinforce_estimate([(1.0,)], [NAN]), "rewards must be finite"),
+    "lecture baselines": (lambda: training.reinforce_estimate([(1.0,)], [1.0], [NAN]), "baselines must be finite"),
+    "lecture scores": (lambda: training.reinforce_estimate([(1.0,), (NAN,)], [1.0, 0.0]),
+                       "score_gradients[1] must be finite"),
 }
 EXACT = {
     "reward_to_go 0-dim": (lambda: E.reward_to_go(torch.tensor(1.0), 0.9),

@@ -292,21 +292,25 @@ def test_reduce_loss_divides_by_the_all_reduced_denominator_and_scales_by_the_wo
     # denominator is 4 (all_reduce adds it), so skipping the all-reduce or the scale gives a different loss.
     import agent_lab.estimators.aggregation as aggregation
 
-    reduced = []
+    reduced, group = [], object()  # the process group the caller passes must be the one reduced over
 
-    def all_reduce(tensor, op=None, group=None):
-        reduced.append(float(tensor))
+    def all_reduce(tensor, op=aggregation.dist.ReduceOp.SUM, group=None):
+        reduced.append((float(tensor), op, group))
         tensor.add_(4.0)
+
+    def get_world_size(group=None):
+        return 2 if group is reduced[0][2] else 3
 
     monkeypatch.setattr(aggregation.dist, "is_initialized", lambda: True)
     monkeypatch.setattr(aggregation.dist, "all_reduce", all_reduce)
-    monkeypatch.setattr(aggregation.dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(aggregation.dist, "get_world_size", get_world_size)
     numerator = torch.tensor(3.0, dtype=DTYPE, requires_grad=True)
     denominator = torch.tensor(4.0, dtype=DTYPE)
-    loss = E.reduce_loss(numerator, denominator)
+    loss = E.reduce_loss(numerator, denominator, process_group=group)
     loss.backward()
     # W * num / (den_0 + den_1) = 2 * 3 / 8; DDP's average over the two workers then gives grad num / 8.
-    assert loss.item() == 0.75 and numerator.grad.item() == 0.25 and reduced == [4.0]
+    assert loss.item() == 0.75 and numerator.grad.item() == 0.25
+    assert reduced == [(4.0, aggregation.dist.ReduceOp.SUM, group)], "sum the denominators over the caller's group"
     assert denominator.item() == 4.0, "the caller's denominator must not be reduced in place"
 
 
@@ -379,6 +383,7 @@ def test_sequence_mean_log_ratio_divides_each_row_by_its_own_token_count():
 
 def test_local_loss_divides_by_any_positive_denominator_and_returns_the_numerator_for_zero():
     assert E.local_loss(torch.tensor(1.0), torch.tensor(0.5)).item() == 2.0
+    assert E.reduce_loss(torch.tensor(1.0), torch.tensor(0.5)).item() == 2.0
     assert E.local_loss(torch.tensor(3.0), torch.tensor(0.0)).item() == 3.0
 
 
