@@ -412,13 +412,18 @@ def test_per_sample_gradient_norms_of_one_sample_of_an_untouched_sample_and_in_b
     theta = torch.tensor([3.0, 4.0], dtype=DTYPE, requires_grad=True)
     assert E.per_sample_gradient_norms((theta * theta.detach()).sum()[None], [theta]).tolist() == [5.0]
     other = torch.ones(1, dtype=DTYPE, requires_grad=True)
-    untouched = torch.stack([theta.sum(), other.sum()])  # sample 1 depends on no listed parameter
+    untouched = torch.stack([theta.sum(), other.sum()])  # sample 1's gradient on theta is zero
     assert E.per_sample_gradient_norms(untouched, [theta]).tolist() == pytest.approx([2**0.5, 0.0])
-    # bf16 parameters: squares are summed in float32 and the norms come back in the contributions' dtype.
+    unrelated = torch.ones(2, dtype=DTYPE, requires_grad=True)  # in no sample's graph: no gradient at all
+    assert E.per_sample_gradient_norms(untouched, [unrelated]).tolist() == [0.0, 0.0]
+    # bf16 parameters: squares are summed in float32 (in bf16 the sum loses its fourth digit), and the
+    # norms come back in the contributions' dtype.
     half = torch.full((4096,), 0.01, dtype=torch.bfloat16, requires_grad=True)
-    norms = E.per_sample_gradient_norms((half * half.detach()).sum()[None] * 1.0, [half])
+    contributions = (half.float() * half.detach().float()).sum()[None]  # float32, gradient = half (bf16)
+    norms = E.per_sample_gradient_norms(contributions, [half])
     want = (half.detach().float() ** 2).sum().sqrt()
-    assert norms.dtype == torch.bfloat16 and norms.float().item() == pytest.approx(want.item(), rel=1e-2)
+    assert norms.dtype == torch.float32 and norms.item() == pytest.approx(want.item(), rel=1e-6)
+    assert E.per_sample_gradient_norms(contributions.to(torch.bfloat16), [half]).dtype == torch.bfloat16
 
 
 def test_top_share_defaults_to_the_largest_entry_and_accepts_totals_below_one():
