@@ -295,7 +295,7 @@ def test_reduce_loss_divides_by_the_all_reduced_denominator_and_scales_by_the_wo
     reduced, group = [], object()  # the process group the caller passes must be the one reduced over
 
     def all_reduce(tensor, op=aggregation.dist.ReduceOp.SUM, group=None):
-        reduced.append((float(tensor), op, group))
+        reduced.append((float(tensor), op, group, tensor.dtype))
         tensor.add_(4.0)
 
     def get_world_size(group=None):
@@ -305,12 +305,12 @@ def test_reduce_loss_divides_by_the_all_reduced_denominator_and_scales_by_the_wo
     monkeypatch.setattr(aggregation.dist, "all_reduce", all_reduce)
     monkeypatch.setattr(aggregation.dist, "get_world_size", get_world_size)
     numerator = torch.tensor(3.0, dtype=DTYPE, requires_grad=True)
-    denominator = torch.tensor(4.0, dtype=DTYPE)
+    denominator = torch.tensor(4.0, dtype=torch.float32)  # every worker reduces in the numerator's dtype
     loss = E.reduce_loss(numerator, denominator, process_group=group)
     loss.backward()
     # W * num / (den_0 + den_1) = 2 * 3 / 8; DDP's average over the two workers then gives grad num / 8.
     assert loss.item() == 0.75 and numerator.grad.item() == 0.25
-    assert reduced == [(4.0, aggregation.dist.ReduceOp.SUM, group)], "sum the denominators over the caller's group"
+    assert reduced == [(4.0, aggregation.dist.ReduceOp.SUM, group, DTYPE)], "sum over the caller's group"
     assert denominator.item() == 4.0, "the caller's denominator must not be reduced in place"
 
 
@@ -390,8 +390,15 @@ def test_local_loss_divides_by_any_positive_denominator_and_returns_the_numerato
 def test_running_mean_update_keeps_the_old_mean_from_count_one_and_refuses_a_bool_count():
     mean, count = E.running_mean_update(2.0, 1, T(4.0))
     assert (mean.item(), count) == (3.0, 2)
+    assert E.running_mean_update(T(2.0), 1, torch.ones(1))[0].dtype == torch.float32, "the rewards' dtype"
     with pytest.raises(ValueError, match="count must be a non-negative integer, got True"):
         E.running_mean_update(0.0, True, T(1.0))
+
+
+def test_optimal_constant_baseline_computes_in_the_rewards_dtype():
+    rewards = torch.tensor([1.0, 0.0, 2.0])  # float32
+    assert E.optimal_constant_baseline(rewards, T(1.0, 2.0, 0.5)).dtype == torch.float32
+    assert E.optimal_constant_baseline(rewards, torch.ones(3), weights=T(0.2, 0.3, 0.5)).dtype == torch.float32
 
 
 def test_optimal_constant_baseline_accepts_zero_weights():
@@ -418,7 +425,7 @@ def test_per_sample_gradient_norms_of_one_sample_of_an_untouched_sample_and_in_b
     assert E.per_sample_gradient_norms(untouched, [unrelated]).tolist() == [0.0, 0.0]
     # bf16 parameters: squares are summed in float32 (in bf16 the sum loses its fourth digit), and the
     # norms come back in the contributions' dtype.
-    half = torch.full((4096,), 0.01, dtype=torch.bfloat16, requires_grad=True)
+    half = torch.full((1000,), 0.017, dtype=torch.bfloat16, requires_grad=True)
     contributions = (half.float() * half.detach().float()).sum()[None]  # float32, gradient = half (bf16)
     norms = E.per_sample_gradient_norms(contributions, [half])
     want = (half.detach().float() ** 2).sum().sqrt()
