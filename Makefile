@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 
 SUBMISSIONS ?= autograder/samples
 
-.PHONY: all install sysdeps tour book assignments grade grade-samples test coverage bench clean
+.PHONY: all install sysdeps tour book assignments grade grade-samples test coverage mutation bench clean
 
 all: install tour book assignments grade-samples
 
@@ -53,8 +53,14 @@ test: install sysdeps book assignments
 coverage: install
 	$(PY) -m pytest -q tests/estimators tests/test_training_api.py --cov=agent_lab.estimators --cov=agent_lab.training --cov-report=term-missing
 
+# Mutation testing of the modules listed in pyproject.toml's [tool.mutmut] (not part of make test; it takes a
+# while). Prints the score and every surviving mutant; `mutmut show NAME` shows one.
+mutation: install
+	$(BIN)/mutmut run --max-children 2
+	$(PY) scripts/mutation_report.py
+
 bench: install
 	@for f in bench/bench_*.py bench/gpu_bench.py; do echo "== $$f"; $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf book/_build assignments/release autograder/_work .pytest_cache
+	rm -rf book/_build assignments/release autograder/_work .pytest_cache mutants

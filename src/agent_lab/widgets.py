@@ -42,16 +42,19 @@ if not os.environ.get("MPLBACKEND"):
     # Never pick an interactive backend implicitly: the figures are rendered to PNG bytes.
     matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from agent_lab.envs import NumberSearchDP, make_env  # noqa: E402
 from agent_lab.envs.number_search_dp import candidates_after  # noqa: E402
+from agent_lab.estimators import token_logprobs  # noqa: E402
 from agent_lab.training import degenerate_binary_group_probability, reinforce_estimate  # noqa: E402
 
 __all__ = [
     "STATIC_ENV_VAR",
     "StaticView",
     "resolve_mode",
+    "two_action_scores",
     "two_action_estimate_distribution",
     "baseline_figure",
     "BaselineExplorer",
@@ -155,13 +158,27 @@ def _finite(name: str, value: Any) -> float:
 # ----------------------------------------------------------------------------------------------
 # 1. The two-action baseline example (chapter "Baselines")
 # ----------------------------------------------------------------------------------------------
+def two_action_scores(p: float) -> tuple[float, float]:
+    r"""Scores :math:`\partial_\theta \log\pi_\theta(a)` of actions A and B, by autograd, at :math:`\sigma(\theta) = p`.
+
+    The policy is :math:`\pi_\theta = \operatorname{softmax}([\theta, 0])`, so :math:`\pi_\theta(A) = \sigma(\theta)`;
+    the derivatives come out as :math:`1 - p` and :math:`-p`. Book chapter: "Baselines" (``ch-baselines``).
+    """
+    p = _probability("p", p, open_interval=True)
+    theta = torch.tensor(math.log(p) - math.log1p(-p), dtype=torch.float64, requires_grad=True)
+    logits = torch.stack([theta, torch.zeros_like(theta)]).expand(1, 2, 2)  # [B=1, two positions, V=2]
+    logprobs = token_logprobs(logits, torch.tensor([[0, 1]]))  # log pi(A), log pi(B)
+    return tuple(float(torch.autograd.grad(logprobs[0, a], theta, retain_graph=True)[0]) for a in (0, 1))
+
+
 def two_action_estimate_distribution(
     p: float, baseline: float, rewards: tuple[float, float] = (1.0, 0.0)
 ) -> dict:
     r"""Exact distribution of the one-sample REINFORCE estimate in the two-action example.
 
-    Actions A and B have probabilities :math:`p=\sigma(\theta)` and :math:`1-p`; their scores are
-    :math:`\partial_\theta\log p = 1-p` and :math:`\partial_\theta\log(1-p) = -p`. One sample gives
+    Actions A and B have probabilities :math:`p=\sigma(\theta)` and :math:`1-p`; their scores
+    :math:`\partial_\theta\log p = 1-p` and :math:`\partial_\theta\log(1-p) = -p` come from
+    :func:`two_action_scores` (autograd, returned as ``scores``). One sample gives
     :math:`\hat g = (r(a) - b)\,\partial_\theta\log\pi_\theta(a)`, computed with
     :func:`agent_lab.training.reinforce_estimate` (N = 1). Returns ``values`` (the estimate for A, for B),
     ``probs`` ``(p, 1-p)``, ``mean``, ``variance`` (exact, over the two outcomes), ``true_gradient``
@@ -173,7 +190,7 @@ def two_action_estimate_distribution(
     if len(rewards) != 2:
         raise ValueError(f"rewards must be a pair (r_A, r_B), got {rewards!r}")
     r_a, r_b = (_finite("rewards[0]", rewards[0]), _finite("rewards[1]", rewards[1]))
-    score_a, score_b = 1.0 - p, -p
+    score_a, score_b = two_action_scores(p)
     g_a = reinforce_estimate([(score_a,)], [r_a], [b])[0]
     g_b = reinforce_estimate([(score_b,)], [r_b], [b])[0]
     mean = p * g_a + (1.0 - p) * g_b
@@ -182,6 +199,7 @@ def two_action_estimate_distribution(
     erz2 = p * r_a * score_a**2 + (1.0 - p) * r_b * score_b**2
     return {
         "values": (g_a, g_b),
+        "scores": (score_a, score_b),
         "probs": (p, 1.0 - p),
         "mean": mean,
         "variance": variance,

@@ -7,8 +7,6 @@ widget's own output.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from agent_lab import widgets as W
@@ -62,6 +60,12 @@ def test_two_action_estimate_is_unbiased_with_closed_form_variance(p, b):
     assert d["mean"] == pytest.approx(p * (1 - p))  # the baseline never moves the mean
     assert d["variance"] == pytest.approx(p * (1 - p) * (1 - p - b) ** 2)
     assert d["optimal_baseline"] == pytest.approx(1 - p)  # E[R Z^2]/E[Z^2] = p(1-p)^2 / (p(1-p))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.2497, 0.5, 0.9])
+def test_two_action_scores_come_from_autograd_and_equal_one_minus_p_and_minus_p(p):
+    assert W.two_action_scores(p) == pytest.approx((1 - p, -p), abs=1e-15)
+    assert W.two_action_estimate_distribution(p, 0.0)["scores"] == W.two_action_scores(p)
 
 
 def test_lecture_numbers_half_and_quarter():
@@ -160,8 +164,10 @@ def test_static_playground_summary_follows_the_scripted_game():
     assert view.summary["return"] == 1.0
 
 
-def test_length_reward_playground_values_discount_later_success():
+def test_length_reward_playground_value_is_exact():
     t = W.number_search_table(reward="length")
-    # The optimal value under R = 1 - 0.05 T is below the binary 15/16 and above 15/16 * (1 - 0.05*4).
-    assert 15 / 16 * 0.8 < t["value"] < 15 / 16
-    assert not math.isclose(t["value"], 15 / 16)
+    # Binary search finds 1, 2, 4 and 8 of the 16 targets on guesses 1-4, each worth R = 1 - 0.05 T:
+    # (1 * 0.95 + 2 * 0.90 + 4 * 0.85 + 8 * 0.80) / 16 = 12.55 / 16 = 0.784375, and nothing does better
+    # (finding a target earlier needs it nearer the root of the same 15-node search tree).
+    assert t["value"] == pytest.approx(0.784375, abs=1e-12)
+    assert t["value"] == pytest.approx((1 * 0.95 + 2 * 0.90 + 4 * 0.85 + 8 * 0.80) / 16, abs=1e-12)

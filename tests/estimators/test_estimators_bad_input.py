@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import agent_lab.estimators as E
+from agent_lab import training
 
 R = torch.tensor([1.0, 0.0, 0.5, 0.5])
 TURNS = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
@@ -136,3 +137,112 @@ def test_bad_input_raises_value_error_that_names_argument_got_and_needed(case):
     message = str(info.value)
     for fragment in fragments:
         assert fragment in message, f"expected {fragment!r} in the message, got {message!r}"
+
+
+# Every validated argument is named first in its error, and a shape error spells the expected shape.
+# (A fragment check alone passes when the name is dropped or mangled; these fail on it.)
+N2 = torch.full((2, 2), NAN)
+STARTS = {
+    "reward_to_go rewards": (lambda: E.reward_to_go(torch.tensor([NAN]), 0.9), "rewards must be finite"),
+    "reward_to_go mask": (lambda: E.reward_to_go(TURNS, 0.9, torch.ones(2, 3)), "mask must have shape (2, 2)"),
+    "returns bootstrap": (lambda: E.discounted_returns(TURNS, TMASK, 0.9, DONE, torch.tensor([NAN, 0.0])),
+                          "bootstrap_values must be finite"),
+    "constant rewards": (lambda: E.constant_baseline(torch.tensor([NAN]), 0.5), "rewards must be finite"),
+    "constant value": (lambda: E.constant_baseline(R, NAN), "value must be finite"),
+    "running rewards": (lambda: E.running_mean_update(0.0, 1, torch.tensor([NAN])), "rewards must be finite"),
+    "running mean": (lambda: E.running_mean_update(NAN, 1, R), "mean must be finite"),
+    "b* rewards": (lambda: E.optimal_constant_baseline(torch.tensor([NAN, 1.0]), torch.ones(2)), "rewards must be finite"),
+    "b* scores": (lambda: E.optimal_constant_baseline(R, torch.tensor([NAN, 1.0, 1.0, 1.0])), "scores must be finite"),
+    "b* weights": (lambda: E.optimal_constant_baseline(R, torch.ones(4), torch.tensor([NAN, 1.0, 1.0, 1.0])),
+                   "weights must be finite"),
+    "group mean rewards": (lambda: E.group_mean_baseline(torch.tensor([NAN, 1.0]), 2), "rewards must be finite"),
+    "loo rewards": (lambda: E.leave_one_out_baseline(torch.tensor([NAN, 1.0]), 2), "rewards must be finite"),
+    "td values": (lambda: E.td_residuals(TURNS, N2, TMASK, 0.9, DONE), "values must be finite"),
+    "ratio mask": (lambda: E.token_log_ratios(LP, LP, torch.ones(2, 4)), "action_mask must have shape (2, 3)"),
+    "sequence mask": (lambda: E.sequence_log_ratios(LP, LP, torch.ones(2, 4), "mean"), "action_mask must have shape (2, 3)"),
+    "kl mask": (lambda: E.kl_estimate(LP, LP, "k1", torch.ones(2, 4)), "action_mask must have shape (2, 3)"),
+    "reinforce baseline": (lambda: E.reinforce_surrogate(LP, torch.zeros(2), baseline=torch.tensor([NAN, 0.0])),
+                           "baseline must be finite"),
+    "ppo advantages": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.tensor([NAN, 0.0]), MASK, 0.2),
+                       "advantages must be finite"),
+    "ppo mask": (lambda: E.ppo_clipped_surrogate(LP, LP, torch.zeros(2), torch.ones(2, 4), 0.2),
+                 "action_mask must have shape (2, 3)"),
+    "masked values": (lambda: E.masked_mean("x", MASK), "values must be a tensor or a sequence of real numbers"),
+    "rest rewards": (lambda: E.rest_em_filter(torch.tensor([NAN])), "rewards must be finite"),
+    "mixed rewards": (lambda: E.mixed_group_rows(torch.tensor([NAN, 1.0]), 2, 1), "rewards must be finite"),
+    "mixed n_groups": (lambda: E.mixed_group_rows(R, 2, 0), "n_groups must be a positive integer, got 0"),
+    "unsolved rewards": (lambda: E.unsolved_groups(torch.tensor([NAN, 1.0]), 2), "rewards must be finite"),
+    "shaping rewards": (lambda: E.potential_based_shaping(torch.tensor([[NAN]]), torch.zeros(1, 2), 0.9),
+                        "rewards must be finite"),
+    "shaping potentials": (lambda: E.potential_based_shaping(TURNS, torch.full((2, 3), NAN), 0.9), "potentials must be finite"),
+    "shaping gamma": (lambda: E.potential_based_shaping(TURNS, torch.zeros(2, 3), 2.0), "gamma must lie in [0, 1]"),
+    "shaping turn mask": (lambda: E.potential_based_shaping(TURNS, torch.zeros(2, 3), 0.9, torch.ones(2, 3)),
+                          "turn_mask must have shape (2, 2)"),
+    "shaping terminated": (lambda: E.potential_based_shaping(TURNS, torch.zeros(2, 3), 0.9, TMASK, torch.tensor([True])),
+                           "terminated must have shape (2,)"),
+    "p nan": (lambda: E.prob_at_least_one_success(torch.tensor([NAN]), 3), "p must be finite"),
+    "degenerate group size": (lambda: E.degenerate_group_probability(0.5, 0), "group_size must be a positive integer, got 0"),
+    "degenerate fraction rewards": (lambda: E.degenerate_group_fraction(torch.tensor([NAN, 1.0]), 2), "rewards must be finite"),
+    "ess linear nan": (lambda: E.effective_sample_size(torch.tensor([1.0, NAN])), "weights must be finite"),
+    "ess log text": (lambda: E.effective_sample_size("x", log_weights=True), "weights must be a tensor or a sequence"),
+    "top values": (lambda: E.top_share(torch.tensor([NAN, 1.0])), "values must be finite"),
+    "top k": (lambda: E.top_share(torch.ones(3), 0), "k must be a positive integer, got 0"),
+    # the lecture's scalar API
+    "lecture rewards": (lambda: training.reinforce_estimate([(1.0,)], [NAN]), "rewards must be finite"),
+    "lecture baselines": (lambda: training.reinforce_estimate([(1.0,)], [1.0], [NAN]), "baselines must be finite"),
+    "lecture scores": (lambda: training.reinforce_estimate([(1.0,), (NAN,)], [1.0, 0.0]),
+                       "score_gradients[1] must be finite"),
+}
+EXACT = {
+    "reward_to_go 0-dim": (lambda: E.reward_to_go(torch.tensor(1.0), 0.9),
+                           "rewards must have shape [..., T] with at least one dimension, got shape ()"),
+    "b* rewards 2-D": (lambda: E.optimal_constant_baseline(torch.ones(2, 2), torch.ones(2)),
+                       "rewards must have shape [N], got shape (2, 2)"),
+    "b* scores 3-D": (lambda: E.optimal_constant_baseline(R, torch.ones(4, 1, 1)),
+                      "scores must have shape [N] or [N, D], got shape (4, 1, 1)"),
+    "top values 2-D": (lambda: E.top_share(torch.ones(2, 2)), "values must have shape [N], got shape (2, 2)"),
+    "rest rewards 2-D": (lambda: E.rest_em_filter(torch.ones(2, 2)), "rewards must have shape [B] (one score per sample), got shape (2, 2)"),
+    "shaping rewards 1-D": (lambda: E.potential_based_shaping(R, torch.zeros(4, 2), 0.9),
+                            "rewards must have shape [B, T] (one reward per turn), got shape (4,)"),
+    "sequence logprobs 1-D": (lambda: E.sequence_log_ratios(torch.zeros(3), torch.zeros(3), torch.ones(3)),
+                              "logprobs must have shape [B, L-1], got shape (3,)"),
+    "ppo logprobs 1-D": (lambda: E.ppo_clipped_surrogate(torch.zeros(3), torch.zeros(3), torch.zeros(3), torch.ones(3), 0.2),
+                         "logprobs must have shape [B, L-1], got shape (3,)"),
+    "contributions list": (lambda: E.per_sample_gradient_norms([1.0], []),
+                           "contributions must be a non-empty [N] tensor of per-sample scalars, got list"),
+    "contributions empty": (lambda: E.per_sample_gradient_norms(torch.zeros(0, requires_grad=True), []),
+                            "contributions must be a non-empty [N] tensor of per-sample scalars, got (0,)"),
+    "lag empty": (lambda: E.policy_lag(torch.zeros(0, dtype=torch.long), 4),
+                  "policy_version must be a non-empty integer tensor, got dtype torch.int64"),
+    "lag bool": (lambda: E.policy_lag(torch.tensor([True]), 4),
+                 "policy_version must be a non-empty integer tensor, got dtype torch.bool"),
+    "contributions no grad": (lambda: E.per_sample_gradient_norms(torch.zeros(2), []),
+                              "contributions must require grad (compute them from the parameters without no_grad)"),
+    "no parameters": (lambda: E.per_sample_gradient_norms(torch.zeros(2, requires_grad=True), [torch.zeros(1)]),
+                      "parameters must contain at least one tensor that requires grad"),
+    "top zero": (lambda: E.top_share(torch.zeros(3)), "values must not all be zero"),
+    "ratio mask required": (lambda: E.sequence_log_ratios(LP, LP, None),
+                            "action_mask is required: a sequence ratio multiplies only the policy's own tokens"),
+    "b* negative weights": (lambda: E.optimal_constant_baseline(R, torch.ones(4), -torch.ones(4)),
+                            "weights must be non-negative"),
+    "b* zero scores": (lambda: E.optimal_constant_baseline(R, torch.zeros(4)),
+                       "E[Z^2] is zero (every score is zero), so b* = E[R Z^2]/E[Z^2] is undefined"),
+    "degenerate binary bool": (lambda: training.degenerate_binary_group_probability(0.5, True),
+                               "group_size must be a positive integer, got True"),
+}
+
+
+@pytest.mark.parametrize("case", list(STARTS), ids=list(STARTS))
+def test_bad_input_message_starts_with_the_argument_name(case):
+    call, start = STARTS[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value).startswith(start), f"expected the message to start with {start!r}, got {str(info.value)!r}"
+
+
+@pytest.mark.parametrize("case", list(EXACT), ids=list(EXACT))
+def test_bad_input_message_is_exact(case):
+    call, message = EXACT[case]
+    with pytest.raises(ValueError) as info:
+        call()
+    assert str(info.value) == message

@@ -93,7 +93,7 @@ def test_ratios_are_one_when_theta_equals_theta_old():
     surrogate, stats = E.ppo_clipped_surrogate(logprobs, old, advantages, mask, 0.2)
     assert torch.equal(E.token_log_ratios(logprobs, old, mask), torch.zeros_like(old))
     assert torch.equal(E.sequence_log_ratios(logprobs, old, mask), torch.zeros(old.shape[0], dtype=DTYPE))
-    assert stats["ratio_min"] == 1 and stats["ratio_max"] == 1 and stats["approx_kl"] == 0
+    assert stats["ratio_min"] == 1 and stats["ratio_max"] == 1 and stats[E.KL_OLD_NEW] == 0
     assert stats["clip_frac_pos"] == 0 and stats["clip_frac_neg"] == 0
     assert torch.equal(surrogate, torch.where(mask, advantages[:, None].expand_as(old), torch.zeros_like(old)))
 

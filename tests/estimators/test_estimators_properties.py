@@ -179,8 +179,12 @@ def test_ppo_surrogate_never_exceeds_the_unclipped_objective(new, old, adv, eps)
     surrogate, stats = E.ppo_clipped_surrogate(logprobs, old_t, advantages, mask, eps)
     unclipped = torch.exp(logprobs - old_t) * advantages
     assert bool((surrogate <= unclipped + 1e-12).all())
-    assert 0 <= stats["clip_frac_pos"] <= 1 and 0 <= stats["clip_frac_neg"] <= 1
-    assert stats["approx_kl"] >= 0
+    ratio = torch.exp(logprobs - old_t)
+    pos, neg = advantages > 0, advantages < 0
+    assert stats["clip_frac_pos"].item() == (ratio[pos] > 1 + eps).sum().item() / max(int(pos.sum()), 1)
+    assert stats["clip_frac_neg"].item() == (ratio[neg] < 1 - eps).sum().item() / max(int(neg.sum()), 1)
+    k3 = [(r - 1) - math.log(r) for r in ratio[0].tolist()]
+    assert math.isclose(stats[E.KL_OLD_NEW].item(), math.fsum(k3) / n, rel_tol=1e-9, abs_tol=1e-12)
 
 
 @FAST

@@ -84,9 +84,12 @@ def test_token_logprobs_equal_log_softmax_gather_and_upcast_half_precision():
     targets = torch.randint(0, 7, (2, 3))
     want = torch.log_softmax(logits, -1).gather(-1, targets[..., None])[..., 0]
     assert torch.allclose(E.token_logprobs(logits, targets), want, atol=1e-12)
-    half = E.token_logprobs(logits.to(torch.bfloat16), targets)
+    half_logits = logits.to(torch.bfloat16)
+    half = E.token_logprobs(half_logits, targets)
     assert half.dtype == torch.float32
-    assert torch.allclose(half.double(), want, atol=0.05)
+    # Upcast first, then log-softmax in float32: the same bf16 inputs give the float32 result to rounding.
+    in_float32 = torch.log_softmax(half_logits.float(), -1).gather(-1, targets[..., None])[..., 0]
+    assert torch.allclose(half, in_float32, atol=1e-6, rtol=0), (half - in_float32).abs().max()
 
 
 def test_entropy_is_stable_for_huge_and_masked_logits():
@@ -270,25 +273,170 @@ def test_expand_to_tokens_broadcasts_sequence_values():
     assert E.expand_to_tokens(same, like) is same
 
 
-@pytest.mark.parametrize("objective", E.OBJECTIVES)
-def test_aggregate_ignores_nan_and_inf_outside_the_mask(objective):
+@pytest.mark.parametrize("objective, want", [
+    ("token_mean", (1 + 3 + 2, 3)),                    # three masked tokens
+    ("seq_mean_token_mean", ((1 + 3) / 2 + 2, 2)),     # row means 2 and 2, over B = 2 rows
+    ("constant", (1 + 3 + 2, 2 * 3)),                  # B * max_tokens
+    ("turn_then_trajectory", ((1 + 3) / 2 + 2, 2)),    # row 0: turns [1], [3]; row 1: turn [2]
+])
+def test_aggregate_ignores_nan_and_inf_outside_the_mask(objective, want):
     s = T([1.0, float("nan"), 3.0], [float("inf"), 2.0, -float("inf")])
     mask = torch.tensor([[1, 0, 1], [0, 1, 0]])
     turn_ids = torch.tensor([[0, -1, 1], [-1, 0, -1]])
     numerator, denominator = E.aggregate(s, mask, objective, turn_ids=turn_ids, max_tokens=3)
-    assert math.isfinite(numerator.item()) and math.isfinite(denominator.item())
+    assert (numerator.item(), denominator.item()) == want
 
 
-def test_reduce_loss_in_a_one_process_group_all_reduces_the_denominator(tmp_path):
-    # In-process companion of the two-process invariant test: exercises the distributed branch here.
-    import torch.distributed as dist
+def test_reduce_loss_divides_by_the_all_reduced_denominator_and_scales_by_the_world_size(monkeypatch):
+    # In-process companion of the two-process invariant test: a stand-in for a second worker whose
+    # denominator is 4 (all_reduce adds it), so skipping the all-reduce or the scale gives a different loss.
+    import agent_lab.estimators.aggregation as aggregation
 
-    assert not dist.is_initialized()
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
-    try:
-        numerator = torch.tensor(3.0, dtype=DTYPE, requires_grad=True)
-        loss = E.reduce_loss(numerator, torch.tensor(4.0, dtype=DTYPE))
-        loss.backward()
-        assert loss.item() == 0.75 and numerator.grad.item() == 0.25
-    finally:
-        dist.destroy_process_group()
+    reduced, group = [], object()  # the process group the caller passes must be the one reduced over
+
+    def all_reduce(tensor, op=aggregation.dist.ReduceOp.SUM, group=None):
+        reduced.append((float(tensor), op, group, tensor.dtype))
+        tensor.add_(4.0)
+
+    def get_world_size(group=None):
+        return 2 if group is reduced[0][2] else 3
+
+    monkeypatch.setattr(aggregation.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(aggregation.dist, "all_reduce", all_reduce)
+    monkeypatch.setattr(aggregation.dist, "get_world_size", get_world_size)
+    numerator = torch.tensor(3.0, dtype=DTYPE, requires_grad=True)
+    denominator = torch.tensor(4.0, dtype=torch.float32)  # every worker reduces in the numerator's dtype
+    loss = E.reduce_loss(numerator, denominator, process_group=group)
+    loss.backward()
+    # W * num / (den_0 + den_1) = 2 * 3 / 8; DDP's average over the two workers then gives grad num / 8.
+    assert loss.item() == 0.75 and numerator.grad.item() == 0.25
+    assert reduced == [(4.0, aggregation.dist.ReduceOp.SUM, group, DTYPE)], "sum over the caller's group"
+    assert denominator.item() == 4.0, "the caller's denominator must not be reduced in place"
+
+
+# masked reductions over a dimension ---------------------------------------------------------------
+
+MASKED_X = T([1.0, 2.0, float("nan"), 4.0], [8.0, float("inf"), 5.0, -1.0], [3.0, 3.0, 3.0, 3.0])
+MASKED_M = torch.tensor([[1, 1, 0, 1], [1, 0, 1, 0], [0, 0, 0, 0]])
+
+
+def test_masked_sum_and_mean_over_each_dimension_on_a_worked_example():
+    assert E.masked_sum(MASKED_X, MASKED_M, 1).tolist() == [7.0, 13.0, 0.0]
+    assert E.masked_sum(MASKED_X, MASKED_M, 0).tolist() == [9.0, 2.0, 5.0, 4.0]
+    assert E.masked_sum(MASKED_X, MASKED_M).item() == 20.0
+    assert E.masked_mean(MASKED_X, MASKED_M, 1).tolist() == [7 / 3, 6.5, 0.0], "the empty row gives 0"
+    assert E.masked_mean(MASKED_X, MASKED_M, -2).tolist() == [4.5, 2.0, 5.0, 4.0]
+    assert E.masked_mean(MASKED_X, MASKED_M).item() == 20 / 5
+    assert E.masked_mean(MASKED_X, MASKED_M, (0, 1)).item() == 20 / 5
+    assert E.masked_mean(MASKED_X, MASKED_M, 1, keepdim=True).shape == (3, 1)
+    assert E.masked_sum(MASKED_X, MASKED_M, 0, keepdim=True).shape == (1, 4)
+    stated = E.masked_mean(MASKED_X, MASKED_M, 1, empty=float("nan"))
+    assert stated[:2].tolist() == [7 / 3, 6.5] and math.isnan(stated[2])
+
+
+def test_masked_mean_agrees_with_the_token_and_sequence_mean_objectives():
+    s = T([1.0, 2.0, 3.0, 0.0], [4.0, 0.0, 0.0, 0.0], [9.0, 9.0, 9.0, 9.0])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    num, den = E.aggregate(s, mask, "token_mean")
+    assert E.masked_mean(s, mask).item() == (num / den).item() == 10 / 4
+    assert E.masked_sum(s, mask).item() == num.item() == 10.0
+    num, den = E.aggregate(s, mask, "seq_mean_token_mean")
+    assert E.masked_mean(s, mask, 1).mean().item() == pytest.approx((num / den).item(), abs=1e-15)
+
+
+def test_masked_mean_gradient_is_one_over_the_count_inside_and_zero_outside_and_on_empty_slices():
+    x = T([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]).requires_grad_(True)
+    mask = torch.tensor([[1, 0, 1], [0, 0, 0]])
+    E.masked_mean(x, mask, 1).sum().backward()
+    assert x.grad.tolist() == [[0.5, 0.0, 0.5], [0.0, 0.0, 0.0]]
+    x.grad = None
+    E.masked_sum(x, mask, 0).sum().backward()
+    assert x.grad.tolist() == [[1.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("dim", [2, -3, (), (0, 5), 1.0, True])
+def test_masked_reductions_reject_a_dimension_the_values_lack(dim):
+    with pytest.raises(ValueError, match=r"dim must be None, an int or a tuple of ints in \[-2, 2\)"):
+        E.masked_mean(MASKED_X[:, :2], MASKED_M[:, :2], dim)
+
+
+def test_masked_reductions_need_a_mask_of_the_values_shape():
+    with pytest.raises(ValueError, match=r"mask must have shape \(3, 4\), got shape \(3, 3\)"):
+        E.masked_sum(MASKED_X, MASKED_M[:, :3], 1)
+    with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
+        E.masked_mean(MASKED_X, MASKED_M * 0.5, 1)
+
+
+# edge cases found by mutation testing (make mutation) -------------------------------------------------
+
+def test_lecture_reward_to_go_defaults_to_gamma_one():
+    from agent_lab import training
+
+    assert training.reward_to_go([1.0, 2.0, 3.0]) == (6.0, 5.0, 3.0)
+
+
+def test_sequence_mean_log_ratio_divides_each_row_by_its_own_token_count():
+    lp = T([1.0, 2.0, 0.0], [3.0, 0.0, 0.0])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert E.sequence_log_ratios(lp, torch.zeros_like(lp), mask, "mean").tolist() == [1.5, 3.0]
+
+
+def test_local_loss_divides_by_any_positive_denominator_and_returns_the_numerator_for_zero():
+    assert E.local_loss(torch.tensor(1.0), torch.tensor(0.5)).item() == 2.0
+    assert E.reduce_loss(torch.tensor(1.0), torch.tensor(0.5)).item() == 2.0
+    assert E.local_loss(torch.tensor(3.0), torch.tensor(0.0)).item() == 3.0
+
+
+def test_running_mean_update_keeps_the_old_mean_from_count_one_and_refuses_a_bool_count():
+    mean, count = E.running_mean_update(2.0, 1, T(4.0))
+    assert (mean.item(), count) == (3.0, 2)
+    assert E.running_mean_update(T(2.0), 1, torch.ones(1))[0].dtype == torch.float32, "the rewards' dtype"
+    with pytest.raises(ValueError, match="count must be a non-negative integer, got True"):
+        E.running_mean_update(0.0, True, T(1.0))
+
+
+def test_optimal_constant_baseline_computes_in_the_rewards_dtype():
+    rewards = torch.tensor([1.0, 0.0, 2.0])  # float32
+    assert E.optimal_constant_baseline(rewards, T(1.0, 2.0, 0.5)).dtype == torch.float32
+    assert E.optimal_constant_baseline(rewards, torch.ones(3), weights=T(0.2, 0.3, 0.5)).dtype == torch.float32
+
+
+def test_optimal_constant_baseline_accepts_zero_weights():
+    # A zero-probability outcome is a valid weight; only negative ones are refused.
+    got = E.optimal_constant_baseline(T(1.0, 0.0, 5.0), T(1.0, 2.0, 3.0), weights=T(0.5, 0.5, 0.0))
+    assert got.item() == pytest.approx((0.5 * 1 + 0) / (0.5 * 1 + 0.5 * 4))
+
+
+def test_log_space_ess_refuses_a_row_of_zero_weights_and_normalises_each_row_by_its_own_maximum():
+    with pytest.raises(ValueError, match="must not be all zero"):
+        E.effective_sample_size(T([0.0, 0.0], [-float("inf"), -float("inf")]), log_weights=True)
+    log_w = T([0.0, 1.0, 2.0], [5.0, 0.0, 0.0], [1.0, 1.0, 9.0])  # 3 x 3: a wrong broadcast would still run
+    rows = [E.effective_sample_size(row.exp()).item() for row in log_w]
+    assert E.effective_sample_size(log_w, log_weights=True).tolist() == pytest.approx(rows, rel=1e-12)
+
+
+def test_per_sample_gradient_norms_of_one_sample_of_an_untouched_sample_and_in_bfloat16():
+    theta = torch.tensor([3.0, 4.0], dtype=DTYPE, requires_grad=True)
+    assert E.per_sample_gradient_norms((theta * theta.detach()).sum()[None], [theta]).tolist() == [5.0]
+    other = torch.ones(1, dtype=DTYPE, requires_grad=True)
+    untouched = torch.stack([theta.sum(), other.sum()])  # sample 1's gradient on theta is zero
+    assert E.per_sample_gradient_norms(untouched, [theta]).tolist() == pytest.approx([2**0.5, 0.0])
+    unrelated = torch.ones(2, dtype=DTYPE, requires_grad=True)  # in no sample's graph: no gradient at all
+    assert E.per_sample_gradient_norms(untouched, [unrelated]).tolist() == [0.0, 0.0]
+    # bf16 parameters: squares are summed in float32 (in bf16 the sum loses its fourth digit), and the
+    # norms come back in the contributions' dtype.
+    half = torch.full((1000,), 0.017, dtype=torch.bfloat16, requires_grad=True)
+    contributions = (half.float() * half.detach().float()).sum()[None]  # float32, gradient = half (bf16)
+    norms = E.per_sample_gradient_norms(contributions, [half])
+    want = (half.detach().float() ** 2).sum().sqrt()
+    assert norms.dtype == torch.float32 and norms.item() == pytest.approx(want.item(), rel=1e-6)
+    assert E.per_sample_gradient_norms(contributions.to(torch.bfloat16), [half]).dtype == torch.bfloat16
+
+
+def test_top_share_defaults_to_the_largest_entry_and_accepts_totals_below_one():
+    assert E.top_share(T(1.0, 2.0, 3.0)).item() == pytest.approx(0.5)
+    assert E.top_share(T(0.2, 0.3)).item() == pytest.approx(0.6)
+
+
+def test_policy_lag_of_a_single_sequence():
+    assert E.policy_lag(torch.tensor([3]), 5).tolist() == [2]

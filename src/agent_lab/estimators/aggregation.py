@@ -16,9 +16,62 @@ from torch import Tensor
 
 from ._validation import as_float_tensor, as_mask, as_turn_ids, check_ndim, positive_int
 
-__all__ = ["OBJECTIVES", "aggregate", "reduce_loss", "local_loss"]
+__all__ = ["OBJECTIVES", "aggregate", "reduce_loss", "local_loss", "masked_sum", "masked_mean"]
 
 OBJECTIVES = ("token_mean", "seq_mean_token_mean", "constant", "turn_then_trajectory")
+
+
+def _masked(
+    values: Any, mask: Tensor, dim: int | tuple[int, ...] | None, names: tuple[str, str] = ("values", "mask")
+) -> tuple[Tensor, Tensor, Tensor, tuple[int, ...]]:
+    """Values with masked-out entries set to 0, the bool mask, the mask as 0/1 floats, ``dim`` as a tuple."""
+    values = as_float_tensor(names[0], values, finite=False)
+    keep = as_mask(names[1], mask, values.shape)
+    if dim is None:
+        dims = tuple(range(values.ndim))
+    else:
+        dims = (dim,) if isinstance(dim, (int, bool)) else tuple(dim) if isinstance(dim, (tuple, list)) else ()
+        if not dims or any(isinstance(d, bool) or not isinstance(d, int) or not -values.ndim <= d < values.ndim for d in dims):
+            raise ValueError(f"dim must be None, an int or a tuple of ints in [-{values.ndim}, {values.ndim}) for "
+                             f"values of shape {tuple(values.shape)}, got {dim!r}")
+    # where(), not multiplication: 0 * NaN is NaN, and masked-out positions may hold anything.
+    return torch.where(keep, values, torch.zeros_like(values)), keep, keep.to(values.dtype), dims
+
+
+def masked_sum(values: Any, mask: Tensor, dim: int | tuple[int, ...] | None = None, *, keepdim: bool = False) -> Tensor:
+    r"""Sum of the entries inside ``mask`` over ``dim``: :math:`\sum_{j} m_{ij} x_{ij}`.
+
+    ``values`` any shape; ``mask`` (bool or 0/1) of the same shape; ``dim`` an int, a tuple of ints or None
+    (every dimension, a 0-dim result). Entries outside the mask are ignored, even NaN or inf, and get zero
+    gradient. An empty slice (no entry of it inside the mask) sums to 0. Use :func:`aggregate` for the
+    named loss normalisations; this and :func:`masked_mean` are the per-row or per-column reductions.
+    Book: part2/05_loss_normalisation.
+    """
+    kept, _, _, dims = _masked(values, mask, dim)
+    return kept.sum(dim=dims, keepdim=keepdim)
+
+
+def masked_mean(
+    values: Any,
+    mask: Tensor,
+    dim: int | tuple[int, ...] | None = None,
+    *,
+    keepdim: bool = False,
+    empty: float = 0.0,
+) -> Tensor:
+    r"""Mean of the entries inside ``mask`` over ``dim``: :math:`\sum_j m_{ij} x_{ij} / \sum_j m_{ij}`.
+
+    Shapes and ``dim`` as in :func:`masked_sum`. An empty slice (its mask all 0) has no mean: it gets
+    ``empty`` (default 0, with zero gradient, as :func:`aggregate`'s ``"seq_mean_token_mean"`` scores a row
+    without action tokens; pass ``float("nan")`` to make such slices visible). Entries outside the mask are
+    ignored, even NaN or inf. ``masked_mean(x, m)`` over everything is the ``"token_mean"`` objective, and
+    ``masked_mean(x, m, dim=1).mean()`` the ``"seq_mean_token_mean"`` one.
+    Book: part2/05_loss_normalisation.
+    """
+    kept, _, weights, dims = _masked(values, mask, dim)
+    counts = weights.sum(dim=dims, keepdim=keepdim)
+    means = kept.sum(dim=dims, keepdim=keepdim) / counts.clamp(min=1)
+    return torch.where(counts > 0, means, torch.full_like(means, float(empty)))
 
 
 def _per_turn_sums(values: Tensor, weights: Tensor, turn_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -62,10 +115,7 @@ def aggregate(
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     per_token = as_float_tensor("per_token", per_token, finite=False)
     check_ndim("per_token", per_token, (2,), "[B, L-1]")
-    mask = as_mask("action_mask", action_mask, per_token.shape)
-    # where(), not multiplication: 0 * NaN is NaN, and masked positions may hold anything.
-    values = torch.where(mask, per_token, torch.zeros_like(per_token))
-    weights = mask.to(per_token.dtype)
+    values, mask, weights, _ = _masked(per_token, action_mask, None, ("per_token", "action_mask"))
     batch = per_token.shape[0]
     rows = torch.tensor(float(batch), dtype=per_token.dtype, device=per_token.device)
     if objective == "token_mean":

@@ -133,18 +133,29 @@ def sequence_log_ratios(
 def kl_estimate(
     logprobs: Any, ref_logprobs: Any, kind: str = "k1", action_mask: Tensor | None = None
 ) -> Tensor:
-    r"""Per-token Monte Carlo estimate of :math:`D_{\mathrm{KL}}(\pi_\theta \Vert \pi_{\text{ref}})`.
+    r"""Per-token Monte Carlo estimate of :math:`D_{\mathrm{KL}}(p \Vert q)` from tokens sampled from ``p``.
 
-    With tokens sampled from :math:`\pi_\theta` and :math:`\log r = \log\pi_{\text{ref}} - \log\pi_\theta`:
+    ``p`` is the policy whose log-probs are ``logprobs`` (the *first* argument, the sampling distribution),
+    ``q`` the one in ``ref_logprobs``. With :math:`\log r = \log q - \log p` at each sampled token:
 
     * ``"k1"``: :math:`-\log r` (unbiased, can be negative, high variance);
-    * ``"k2"``: :math:`\tfrac12 (\log r)^2` (non-negative, biased, low variance);
-    * ``"k3"``: :math:`(r - 1) - \log r` (non-negative and unbiased).
+    * ``"k2"``: :math:`\tfrac12 (\log r)^2` (non-negative, biased: its mean is not the KL);
+    * ``"k3"``: :math:`(r - 1) - \log r` (non-negative and unbiased, because :math:`\mathbb E_p[r] = 1`).
 
-    Unbiased only when the tokens come from :math:`\pi_\theta` itself; on samples from an older behaviour
-    policy they estimate something else (seed 004 section 20). Summing over a sequence gives the sequence
-    KL; dividing by length changes the objective (seed 004 section 11). Positions outside ``action_mask``
-    are 0. Shapes: ``[B, L-1]`` (any equal shapes) in and out. ``ref_logprobs`` is detached.
+    The direction follows the sampling distribution: ``kl_estimate(logprobs, ref_logprobs)`` on samples
+    from :math:`\pi_\theta` estimates :math:`D_{\mathrm{KL}}(\pi_\theta \Vert \pi_{\text{ref}})`, and
+    ``kl_estimate(old_logprobs, logprobs)`` on samples from the behaviour policy estimates
+    :math:`D_{\mathrm{KL}}(\pi_{\text{old}} \Vert \pi_\theta)` (a statistic: the second argument is detached,
+    so no gradient reaches :math:`\theta` that way). On samples from any other policy the
+    average estimates something else (seed 004 section 20): :math:`\mathbb E_p[(1/r - 1) + \log r]`, for
+    instance, is :math:`\chi^2(p \Vert q) - D_{\mathrm{KL}}(p \Vert q)`, not a KL. Summing over a sequence
+    gives the sequence KL; dividing by length changes the objective (seed 004 section 11). Positions outside
+    ``action_mask`` are 0. Shapes: ``[B, L-1]`` (any equal shapes) in and out. ``ref_logprobs`` is detached.
+
+    As a *loss term* (differentiated through ``logprobs`` on tokens sampled from :math:`\pi_\theta`, with no
+    score-function term for the sampling) the three differ in what their expected gradient is: ``"k1"``
+    gives 0, ``"k2"`` gives :math:`\nabla D_{\mathrm{KL}}(\pi_\theta\Vert\pi_{\text{ref}})` and ``"k3"`` gives
+    :math:`\nabla D_{\mathrm{KL}}(\pi_{\text{ref}}\Vert\pi_\theta)`, the reverse direction.
     Book: part2/04_kl_and_group_baselines.
     """
     if kind not in KL_KINDS:

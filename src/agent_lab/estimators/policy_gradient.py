@@ -14,11 +14,13 @@ import torch
 from torch import Tensor
 
 from ._validation import as_float_tensor, as_mask, as_turn_ids, check_finite, check_ndim, unit_interval
-from .logprobs import sequence_log_ratios, token_log_ratios
+from .logprobs import kl_estimate, sequence_log_ratios, token_log_ratios
 
-__all__ = ["expand_to_tokens", "reinforce_surrogate", "ppo_clipped_surrogate", "PPO_STATS"]
+__all__ = ["expand_to_tokens", "reinforce_surrogate", "ppo_clipped_surrogate", "PPO_STATS", "KL_OLD_NEW"]
 
-PPO_STATS = ("clip_frac_pos", "clip_frac_neg", "ratio_mean", "ratio_max", "ratio_min", "approx_kl")
+# KL_OLD_NEW names its direction, estimator and sampling distribution: k3 of KL(old || new) on old samples.
+KL_OLD_NEW = "kl_old_new_k3_on_old"
+PPO_STATS = ("clip_frac_pos", "clip_frac_neg", "ratio_mean", "ratio_max", "ratio_min", KL_OLD_NEW, "approx_kl")
 
 
 def expand_to_tokens(values: Any, like: Tensor, turn_ids: Tensor | None = None, *, name: str = "coefficients") -> Tensor:
@@ -83,10 +85,10 @@ def reinforce_surrogate(
     return weight * logprobs
 
 
-def _ppo_stats(ratio: Tensor, log_ratio: Tensor, adv: Tensor, mask: Tensor, low: float, high: float) -> dict[str, Tensor]:
+def _ppo_stats(ratio: Tensor, token_log_ratio: Tensor, adv: Tensor, mask: Tensor, low: float, high: float) -> dict[str, Tensor]:
     """Diagnostics over masked tokens (detached 0-dim tensors; see ppo_clipped_surrogate)."""
     with torch.no_grad():
-        ratio, log_ratio = ratio.detach(), log_ratio.detach()
+        ratio, token_log_ratio = ratio.detach(), token_log_ratio.detach()
         pos, neg = mask & (adv > 0), mask & (adv < 0)
         clipped_pos = pos & (ratio > 1.0 + high)  # min() picks the flat clipped branch: no gradient
         clipped_neg = neg & (ratio < 1.0 - low)
@@ -94,18 +96,23 @@ def _ppo_stats(ratio: Tensor, log_ratio: Tensor, adv: Tensor, mask: Tensor, low:
         nan = torch.full((), float("nan"), dtype=ratio.dtype, device=ratio.device)
 
         def share(part: Tensor, whole: Tensor) -> Tensor:
-            return (part.sum() / whole.sum().clamp(min=1)).to(ratio.dtype)
+            # Counts are integers: divide them in the ratio's dtype (integer division would give float32).
+            return part.sum().to(ratio.dtype) / whole.sum().clamp(min=1).to(ratio.dtype)
 
         valid = bool(n > 0)
         masked_ratio = ratio[mask]
+        # The tokens were sampled from the old policy, so it is kl_estimate's first argument (p = old, q = new;
+        # only log q - log p = log rho matters): k3 = (rho - 1) - log rho estimates KL(old || new) without bias.
+        # (1/rho - 1) + log rho, the k3 of KL(new || old), averages to chi^2(old || new) - KL(old || new) here.
+        kl = kl_estimate(torch.zeros_like(token_log_ratio), token_log_ratio, "k3")[mask].mean() if valid else nan
         return {
             "clip_frac_pos": share(clipped_pos, pos),
             "clip_frac_neg": share(clipped_neg, neg),
             "ratio_mean": masked_ratio.mean() if valid else nan,
             "ratio_max": masked_ratio.max() if valid else nan,
             "ratio_min": masked_ratio.min() if valid else nan,
-            # k3 of KL(old || new) on samples from the old policy: (1/rho - 1) + log rho, non-negative.
-            "approx_kl": (torch.expm1(-log_ratio) + log_ratio)[mask].mean() if valid else nan,
+            KL_OLD_NEW: kl,
+            "approx_kl": kl,  # the former name, kept for existing callers; same value
             "n_pos": pos.sum(),
             "n_neg": neg.sum(),
             "n_tokens": n,
@@ -138,9 +145,12 @@ def ppo_clipped_surrogate(
     ``[B, L-1]`` or ``[B, T]`` with ``turn_ids``. Returns ``(per_token [B, L-1], stats)``; the surrogate is
     exactly 0 outside ``action_mask``. ``stats`` holds detached 0-dim tensors: ``clip_frac_pos`` /
     ``clip_frac_neg`` (share of masked tokens with A>0 / A<0 whose ratio is clipped; 0 when there are no
-    such tokens), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (over masked tokens), ``approx_kl`` (mean
-    k3 estimate of KL(old || new) over masked tokens; these four are NaN when no token is masked in),
-    and the counts ``n_pos``, ``n_neg``, ``n_tokens``. Clipping is not a KL guarantee: log them.
+    such tokens), ``ratio_mean``, ``ratio_max``, ``ratio_min`` (over masked tokens), ``kl_old_new_k3_on_old``
+    (:data:`KL_OLD_NEW`): the mean over masked tokens of :math:`(\rho_j - 1) - \log\rho_j` with the *token*
+    ratio :math:`\rho_j`, the unbiased k3 estimate of :math:`D_{\mathrm{KL}}(\pi_{\text{old}}\Vert\pi_\theta)`
+    per token, because the tokens were sampled from :math:`\pi_{\text{old}}` (``approx_kl`` is the same
+    value under its former name; these five are NaN when no token is masked in), and the counts ``n_pos``,
+    ``n_neg``, ``n_tokens``. Clipping is not a KL guarantee: log them.
     Book: part1/07_off_policy_ppo_kl_rewards.
     """
     low = unit_interval("clip_eps", clip_eps)
@@ -163,4 +173,5 @@ def ppo_clipped_surrogate(
     ratio = torch.exp(log_ratio)
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1.0 - low, 1.0 + high) * adv)
     surrogate = torch.where(mask, surrogate, torch.zeros_like(surrogate))
-    return surrogate, _ppo_stats(ratio, log_ratio, adv, mask, low, high)
+    token_log_ratio = log_ratio if ratio_level == "token" else token_log_ratios(logprobs, old_logprobs, mask)
+    return surrogate, _ppo_stats(ratio, token_log_ratio, adv, mask, low, high)
