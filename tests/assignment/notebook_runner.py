@@ -19,12 +19,13 @@ from agent_lab.grading.session import KernelSession, LocalKernelManager, Session
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "assignments" / "source" / "policy_gradients" / "policy_gradients.ipynb"
+CRAFTING = ROOT / "assignments" / "source" / "crafting_agent" / "crafting_agent.ipynb"
 GRADED_FUNCTIONS = ("reward_to_go", "reinforce_loss", "dr_grpo_advantages", "dr_grpo_loss")
 TRAINING_TEST = "test_train_agent"
 
 
-def load_source() -> nbformat.NotebookNode:
-    return nbformat.read(SOURCE, as_version=4)
+def load_source(path: pathlib.Path = SOURCE) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
 
 
 def grade_id(cell: nbformat.NotebookNode) -> str | None:
@@ -60,13 +61,14 @@ class Score:
 
 def run_notebook(solutions: dict[str, str] | None = None, *, include_training: bool = False,
                  visible_only: bool = False, cell_timeout: int = 60,
-                 tests: list[runner.TestCell] | None = None) -> Score:
+                 tests: list[runner.TestCell] | None = None, path: pathlib.Path = SOURCE) -> Score:
     """Grade the source notebook with some answer cells replaced (grade_id -> source).
 
     Without ``include_training`` the training test is left out; with ``visible_only`` the hidden tests are;
-    ``tests`` replaces the notebook's tests altogether.
+    ``tests`` replaces the notebook's tests altogether; ``path`` is the source notebook (the first assignment's
+    by default).
     """
-    source = load_source()
+    source = load_source(path)
     solutions = dict(solutions or {})
     submission = nbformat.from_dict(source)
     for cell in submission.cells:

@@ -74,6 +74,7 @@ def first_mismatch(got: list, want: list, rtol: float, atol: float) -> int:
     if len(got) != len(want):
         return 0
     for i, (g, w) in enumerate(zip(got, want)):
+        g = float(g) if type(g) in (int, bool) else g  # integer and boolean tensors compare as numbers
         if type(g) is not float or not abs(g - w) <= atol + rtol * abs(w):
             return i
     return -1
