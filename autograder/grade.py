@@ -68,6 +68,8 @@ class StudentResult:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     review: list[str] = field(default_factory=list)   # suspicious code for a human to look at
+    manual: list[dict] = field(default_factory=list)  # answers a person grades: grade_id, points, answered
+    records: list = field(default_factory=list)       # (table, row) pairs the tests recorded
 
     @property
     def score(self) -> float:
@@ -178,8 +180,12 @@ def _zero_result(student: str, status: str, tests: list[runner.TestCell], notes:
 def _from_json(data: dict) -> StudentResult:
     tests = [TestResult(str(t["grade_id"]), float(t["score"]), float(t["max_score"]), str(t["message"]))
              for t in data["tests"]]
+    records = [(str(table), dict(row)) for t in data["tests"] for table, row in t.get("records", [])]
+    manual = [{"grade_id": str(m["grade_id"]), "points": float(m["points"]), "answered": bool(m["answered"])}
+              for m in data.get("manual", [])]
     return StudentResult(str(data["student"]), str(data["status"]), tests, [str(n) for n in data["notes"]],
-                         float(data.get("seconds", 0.0)), [str(r) for r in data.get("review", [])])
+                         float(data.get("seconds", 0.0)), [str(r) for r in data.get("review", [])], manual,
+                         records)
 
 
 @dataclass(frozen=True)
@@ -261,13 +267,19 @@ def merge(result: StudentResult, out: Path, assignment: str, graded: Path | None
     if result.status == "duplicate":
         return
     scores = {t.grade_id: t.score for t in result.tests}
+    manual = {m["grade_id"]: m for m in result.manual}
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", COURSE_ID) as gb:
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(assignment, result.student)
         notebook = gb.find_submission_notebook(assignment, assignment, result.student)
         for grade in notebook.grades:
-            grade.auto_score = scores.get(grade.name, 0.0)
-            grade.needs_manual_grade = False
+            if grade.name in manual:  # nbgrader's rule: an unanswered cell scores 0, an answer waits for a person
+                answered = manual[grade.name]["answered"] and result.status == "graded"
+                grade.auto_score = None if answered else 0.0
+                grade.needs_manual_grade = answered or grade.manual_score is not None
+            else:
+                grade.auto_score = scores.get(grade.name, 0.0)
+                grade.needs_manual_grade = grade.manual_score is not None
         gb.db.commit()
     if graded is not None and graded.exists():  # for instructors only: it holds the hidden tests
         kept = out / "course" / "autograded" / result.student / assignment
@@ -282,14 +294,20 @@ def feedback_html(result: StudentResult, assignment: str) -> str:
         f"<tr class='{'pass' if t.score >= t.max_score else 'fail'}'><td>{esc(t.grade_id)}</td>"
         f"<td>{t.score:g} / {t.max_score:g}</td><td><pre>{esc(t.message)}</pre></td></tr>"
         for t in result.tests)
+    rows += "".join(
+        f"<tr class='manual'><td>{esc(m['grade_id'])}</td><td>? / {m['points']:g}</td><td><pre>"
+        + ("graded by hand: the instructors' feedback comes separately" if m["answered"] else "no answer")
+        + "</pre></td></tr>" for m in result.manual)
     notes = "".join(f"<li>{esc(n)}</li>" for n in result.notes if "grader log:" not in n)
+    pending = sum(m["points"] for m in result.manual)
+    manual_total = f" (and up to {pending:g} points graded by hand)" if pending else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(assignment)}: feedback for {esc(result.student)}</title>
 <style>body{{font-family:sans-serif;max-width:60rem;margin:2rem auto}}table{{border-collapse:collapse;width:100%}}
 td,th{{border:1px solid #ccc;padding:.3rem .5rem;text-align:left;vertical-align:top}}
 tr.pass td:first-child{{color:#075}}tr.fail td:first-child{{color:#a00}}pre{{white-space:pre-wrap;margin:0}}</style>
 </head><body>
-<h1>{esc(assignment)}: {result.score:g} / {result.max_score:g}</h1>
+<h1>{esc(assignment)}: {result.score:g} / {result.max_score:g}{manual_total}</h1>
 <p>Student: {esc(result.student)}. Status: {esc(result.status)}.</p>
 {f'<h2>Notes</h2><ul>{notes}</ul>' if notes else ''}
 <h2>Tests</h2>
@@ -309,14 +327,37 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def export(results: list[StudentResult], out: Path) -> None:
-    """``grades.csv`` (nbgrader's export of the gradebook) and ``grades_by_test.csv`` (ours)."""
+def export_gradebook(out: Path) -> Path:
+    """``grades.csv``: nbgrader's export of the course gradebook (manual grades from formgrader included)."""
     from nbgrader.api import Gradebook
     from nbgrader.plugins import CsvExportPlugin
 
+    _ensure_venv_on_path()
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", COURSE_ID) as gb:
         CsvExportPlugin(to=str(out / "grades.csv")).export(gb)
+    return out / "grades.csv"
+
+
+def export(results: list[StudentResult], out: Path) -> None:
+    """``grades.csv``, ``grades_by_test.csv`` and, when tests recorded rows, one CSV per table."""
+    export_gradebook(out)
     write_grades_by_test(results, out / "grades_by_test.csv")
+    tables: dict[str, list[dict]] = {}
+    for r in results:
+        for table, row in r.records:
+            tables.setdefault(table, []).append({"student_id": r.student, **row})
+    for table, rows in tables.items():
+        write_table(rows, out / f"{re.sub(r'[^A-Za-z0-9_-]', '_', table)}.csv")
+
+
+def write_table(rows: list[dict], path: Path) -> None:
+    """Rows with the union of their keys as columns (in first-seen order), formula-safe."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([csv_cell(row.get(c, "")) for c in columns])
 
 
 def write_grades_by_test(results: list[StudentResult], path: Path) -> None:
@@ -403,7 +444,10 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("submissions", type=Path, help="folder with one sub-folder or .zip per student")
+    parser.add_argument("submissions", type=Path, nargs="?",
+                        help="folder with one sub-folder or .zip per student")
+    parser.add_argument("--export-only", action="store_true",
+                        help="only export grades.csv again from the gradebook (after grading by hand in formgrader)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="course, gradebook and reports")
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="nbgrader source folder")
     parser.add_argument("--assignment", default=DEFAULT_ASSIGNMENT)
@@ -415,6 +459,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="CPU cores each student's kernel may use together with its children (cgroup)")
     parser.add_argument("--keep-runs", action="store_true", help="keep each student's scratch folder")
     args = parser.parse_args(argv)
+    if args.export_only:
+        print(f"grades: {export_gradebook(args.out.resolve())}")
+        return 0
+    if args.submissions is None:
+        parser.error("the SUBMISSIONS folder is required (or --export-only)")
     try:
         limits = Limits(cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                         memory_bytes=args.memory_mib << 20)

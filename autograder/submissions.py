@@ -13,7 +13,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent_lab.grading.notebook import MAX_NOTEBOOK_BYTES, StudentCell
+from agent_lab.grading.notebook import MAX_NOTEBOOK_BYTES, StudentCell, files_beside  # noqa: F401
 
 MAX_ZIP_BYTES = 100 << 20
 MAX_ZIP_ENTRIES = 2000
@@ -118,8 +118,8 @@ def _notebooks_in(folder: Path) -> list[Path]:
     return found
 
 
-def load(origin: Path, notebook_name: str, scratch: Path) -> tuple[str, bytes | None, list[str]]:
-    """(status, the notebook's bytes, notes) for one entry: status ``ok``, ``missing`` or ``invalid``.
+def load(origin: Path, notebook_name: str, scratch: Path) -> tuple[str, bytes | None, list[str], Path | None]:
+    """(status, the notebook's bytes, notes, the notebook's path) for one entry: ``ok``, ``missing`` or ``invalid``.
 
     A notebook with another name is graded when it is the only one (with a note); several other notebooks, none,
     or a zip that cannot be read give ``missing`` or ``invalid`` and a message for the student.
@@ -131,7 +131,7 @@ def load(origin: Path, notebook_name: str, scratch: Path) -> tuple[str, bytes | 
         try:
             _safe_extract(origin, folder)
         except (zipfile.BadZipFile, ValueError, OSError, EOFError, RuntimeError) as exc:
-            return "invalid", None, [f"the zip file could not be read: {str(exc)[:200]}"]
+            return "invalid", None, [f"the zip file could not be read: {str(exc)[:200]}"], None
     notebooks = _notebooks_in(folder)
     exact = [p for p in notebooks if p.name == notebook_name]
     if exact:
@@ -141,8 +141,8 @@ def load(origin: Path, notebook_name: str, scratch: Path) -> tuple[str, bytes | 
         notes.append(f"graded {path.name[:80]!r} as {notebook_name!r} (the notebook was renamed)")
     else:
         names = ", ".join(p.name[:80] for p in notebooks[:10]) or "no .ipynb file"
-        return "missing", None, [f"no notebook named {notebook_name!r} was found (found: {names})"]
+        return "missing", None, [f"no notebook named {notebook_name!r} was found (found: {names})"], None
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         return "invalid", None, [f"{path.name[:80]} is larger than {MAX_NOTEBOOK_BYTES >> 20} MiB; clear its "
-                                 "outputs and hand it in again"]
-    return "ok", path.read_bytes(), notes
+                                 "outputs and hand it in again"], None
+    return "ok", path.read_bytes(), notes, path

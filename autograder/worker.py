@@ -54,6 +54,21 @@ def zero_result(student: str, status: str, tests: list[runner.TestCell], notes: 
             "tests": [asdict(runner.TestOutcome(t.grade_id, 0.0, t.points, message)) for t in tests]}
 
 
+def manual_answers(nb: nbformat.NotebookNode, manual: list[tuple[str, float]]) -> list[dict]:
+    """The answers a person grades: grade id, points, and whether the student wrote anything (nbgrader's rule:
+    an answer whose checksum is still the release's is unanswered and scores 0)."""
+    from nbgrader.utils import compute_checksum
+
+    cells = {notebook.grade_id(c): c for c in nb.cells}
+    out = []
+    for gid, points in manual:
+        cell = cells.get(gid)
+        checksum = cell.metadata["nbgrader"].get("checksum") if cell is not None else None
+        answered = cell is not None and checksum != compute_checksum(cell)
+        out.append({"grade_id": gid, "points": points, "answered": answered})
+    return out
+
+
 def record_verdicts(nb: nbformat.NotebookNode, outcomes: list[runner.TestOutcome],
                     source_tests: list[runner.TestCell]) -> None:
     """Test cells of the executed notebook: the instructor's code (hidden tests included) and the verdict."""
@@ -72,7 +87,7 @@ def record_verdicts(nb: nbformat.NotebookNode, outcomes: list[runner.TestOutcome
 def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
     source_nb = nbformat.read(job.source, as_version=4)
     tests, names = runner.test_cells(source_nb), runner.interface(source_nb)
-    status, raw, notes = submissions.load(Path(job.origin), job.notebook_name, Path(job.scratch))
+    status, raw, notes, path = submissions.load(Path(job.origin), job.notebook_name, Path(job.scratch))
     notes = job.notes + notes
     if raw is None:
         return zero_result(job.student, status, tests, notes, "not graded: " + "; ".join(notes)), None
@@ -82,6 +97,7 @@ def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
         return zero_result(job.student, "invalid", tests, notes, "not graded: " + problem), None
     release = nbformat.read(job.release, as_version=4)
     nb, assembly_notes = notebook.assemble(release, cells)
+    files, file_notes = submissions.files_beside(path)
     limits = sandbox.Limits(**job.limits)
 
     def manager():
@@ -95,12 +111,14 @@ def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
         session.run_notebook()
         session.check_server()
         outcomes = runner.run_tests(tests, session, names, limits.cell_timeout, job.timeouts,
-                                    deadline=start + limits.notebook_timeout)
+                                    deadline=start + limits.notebook_timeout, files=files)
     finally:
         session.close()
     record_verdicts(nb, outcomes, tests)
     result = {"student": job.student, "status": "graded", "tests": [asdict(o) for o in outcomes],
-              "notes": notes + assembly_notes + session.notes, "review": submissions.suspicious_code(notebook.own_cells(release, cells))}
+              "notes": notes + assembly_notes + file_notes + session.notes,
+              "review": submissions.suspicious_code(notebook.own_cells(release, cells)),
+              "manual": manual_answers(nb, runner.manual_cells(source_nb))}
     return result, nb
 
 

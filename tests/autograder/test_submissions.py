@@ -47,7 +47,7 @@ def test_zip_entries_that_escape_the_folder_are_refused(tmp_path, entry):
     archive = tmp_path / "bob.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr(entry, "{}")
-    status, raw, notes = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
+    status, raw, notes, _ = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
     assert (status, raw) == ("invalid", None) and "unsafe entry" in notes[0]
     assert not (tmp_path / "evil.ipynb").exists()
 
@@ -57,10 +57,10 @@ def test_zip_bombs_and_broken_zips_are_refused_before_unpacking(tmp_path, monkey
     archive = tmp_path / "carol.zip"
     with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("toy.ipynb", "0" * 5000)
-    status, _, notes = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
+    status, _, notes, _ = submissions.load(archive, "toy.ipynb", tmp_path / "scratch")
     assert status == "invalid" and "unpacks to more than" in notes[0]
     (tmp_path / "dan.zip").write_bytes(b"PK\x03\x04 truncated")
-    status, _, notes = submissions.load(tmp_path / "dan.zip", "toy.ipynb", tmp_path / "scratch2")
+    status, _, notes, _ = submissions.load(tmp_path / "dan.zip", "toy.ipynb", tmp_path / "scratch2")
     assert status == "invalid" and "could not be read" in notes[0]
 
 
@@ -68,10 +68,10 @@ def test_notebook_choice_exact_name_then_single_renamed_then_missing(tmp_path, r
     folder = tmp_path / "dave"
     folder.mkdir()
     nbformat.write(release, folder / "copy of toy.ipynb")
-    status, raw, notes = submissions.load(folder, "toy.ipynb", tmp_path)
+    status, raw, notes, _ = submissions.load(folder, "toy.ipynb", tmp_path)
     assert status == "ok" and raw and "renamed" in notes[0]
     nbformat.write(release, folder / "other.ipynb")
-    status, raw, notes = submissions.load(folder, "toy.ipynb", tmp_path)
+    status, raw, notes, _ = submissions.load(folder, "toy.ipynb", tmp_path)
     assert (status, raw) == ("missing", None) and "copy of toy.ipynb" in notes[0]
     (folder / "sub").mkdir()
     nbformat.write(release, folder / "sub" / "toy.ipynb")
@@ -152,3 +152,16 @@ def test_a_worker_that_crashes_or_hangs_gives_its_entry_an_error_and_nothing_els
     result = grade.run_worker(submissions.Entry("erin", tmp_path / "erin"), batch)
     assert result.status == "error" and [t.score for t in result.tests] == [0.0]
     assert "grading failed" in result.tests[0].message and any(fragment in n for n in result.notes)
+
+
+def test_files_beside_the_notebook_are_offered_to_tests_without_links_or_huge_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(__import__("agent_lab.grading.notebook", fromlist=["x"]), "MAX_FILE_BYTES", 100)
+    (tmp_path / "hw.ipynb").write_text("{}")
+    (tmp_path / "policy.pt").write_bytes(b"x" * 10)
+    (tmp_path / "huge.pt").write_bytes(b"x" * 101)
+    (tmp_path / "link.pt").symlink_to("/etc/passwd")
+    (tmp_path / "other.ipynb").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    files, notes = submissions.files_beside(tmp_path / "hw.ipynb")
+    assert files == {"policy.pt": tmp_path / "policy.pt"}
+    assert notes == ["huge.pt is larger than 0 MiB and was not read"]

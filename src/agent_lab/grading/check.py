@@ -41,18 +41,20 @@ def check_notebook(path: Path, release: nbformat.NotebookNode, skip: tuple[str, 
     tests = runner.test_cells(release)
     session = KernelSession(nb, LocalKernelManager, SessionLimits(cell_timeout=cell_timeout),
                             cwd=str(Path(path).resolve().parent))
-    lines = []
+    lines, cache = [], {}
     try:
         session.run_notebook()
         session.check_server()
         names = runner.interface(release)
+        files, file_notes = notebook.files_beside(Path(path).resolve())
+        notes += file_notes
         for test in tests:
             if is_hidden(test):
                 lines.append(CheckLine(test.grade_id, math.nan, test.points, "hidden: run by the grader"))
             elif test.grade_id in skip:
                 lines.append(CheckLine(test.grade_id, math.nan, test.points, "skipped"))
             else:
-                out = runner.run_test(test, session, names, float(cell_timeout))
+                out = runner.run_test(test, session, names, float(cell_timeout), files, cache)
                 lines.append(CheckLine(test.grade_id, out.score, out.max_score, out.message))
     finally:
         session.close()

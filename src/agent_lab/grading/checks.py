@@ -13,7 +13,9 @@ text of a raised exception, since a student's function could have put the hidden
 from __future__ import annotations
 
 import builtins
+import os
 import random
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -81,18 +83,40 @@ def first_mismatch(got: list, want: list, rtol: float, atol: float) -> int:
 
 
 class Checks:
-    """Test-cell helpers; ``hidden=True`` keeps student-produced data out of the messages."""
+    """Test-cell helpers; ``hidden=True`` keeps student-produced data out of the messages.
+
+    ``files`` maps the names of the files handed in next to the notebook to their paths (default: the working
+    directory's files, as in a student's own notebook); ``cache`` is shared by all test cells of one submission
+    (an evaluation several tests read, say); :meth:`record` collects rows for tables such as a leaderboard.
+    """
 
     Rng = Rng
     tensor = staticmethod(torch.tensor)
 
-    def __init__(self, hidden: bool = False) -> None:
+    def __init__(self, hidden: bool = False, files: dict[str, Path] | None = None,
+                 cache: dict | None = None) -> None:
         self.hidden = hidden
         self.notes: list[str] = []
+        self.records: list[tuple[str, dict]] = []
+        self.files = files
+        self.cache = {} if cache is None else cache
 
     def note(self, text: str) -> None:
         """Add a line to this test's feedback (shown with its result)."""
         self.notes.append(str(text))
+
+    def record(self, table: str, row: dict) -> None:
+        """A row for the instructors' table ``table`` (``leaderboard`` becomes ``leaderboard.csv``)."""
+        self.records.append((str(table), dict(row)))
+
+    def submitted_file(self, name: str) -> Path:
+        """The file ``name`` handed in next to the notebook, or a failure that says it is missing."""
+        files = self.files if self.files is not None else {
+            f: Path(f) for f in os.listdir(".") if os.path.isfile(f) and not os.path.islink(f)}
+        if name not in files:
+            raise AssertionError(f"no file named {name!r} next to the notebook: save it there (the notebook's "
+                                 "training cell does) and hand it in with the notebook")
+        return Path(files[name])
 
     def call(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)``; any exception it raises becomes a failure that says what happened."""

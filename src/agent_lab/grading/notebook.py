@@ -11,11 +11,13 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import nbformat
 
 MAX_NOTEBOOK_BYTES = 20 << 20
 MAX_CELLS = 2000
+MAX_FILE_BYTES = 64 << 20   # a file handed in beside the notebook (a checkpoint, say)
 
 
 @dataclass(frozen=True)
@@ -152,3 +154,16 @@ def own_cells(release: nbformat.NotebookNode, cells: list[StudentCell]) -> list[
 def kernel_cells(nb: nbformat.NotebookNode) -> list[int]:
     """Indices of the cells the kernel runs: every code cell except the tests (they run in the grader)."""
     return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not is_test(c) and c.source.strip()]
+
+
+def files_beside(notebook: Path) -> tuple[dict[str, Path], list[str]]:
+    """Regular files next to the notebook (name -> path) that a test may read, and notes on those left out."""
+    files, notes = {}, []
+    for path in sorted(notebook.parent.iterdir()):
+        if path == notebook or path.is_symlink() or not path.is_file() or path.suffix == ".ipynb":
+            continue
+        if path.stat().st_size > MAX_FILE_BYTES:
+            notes.append(f"{path.name[:80]} is larger than {MAX_FILE_BYTES >> 20} MiB and was not read")
+            continue
+        files[path.name] = path
+    return files, notes

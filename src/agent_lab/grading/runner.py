@@ -13,7 +13,8 @@ import contextlib
 import io
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import nbformat
 import torch
@@ -44,6 +45,7 @@ class TestOutcome:
     max_score: float
     message: str
     seconds: float = 0.0
+    records: list = field(default_factory=list)   # (table, row) pairs the test recorded (a leaderboard, say)
 
 
 def test_cells(source_nb: nbformat.NotebookNode) -> list[TestCell]:
@@ -55,6 +57,12 @@ def test_cells(source_nb: nbformat.NotebookNode) -> list[TestCell]:
             out.append(TestCell(grade_id(cell), HIDDEN.sub("", cell.source), points,
                                 bool(HIDDEN.search(cell.source))))
     return out
+
+
+def manual_cells(source_nb: nbformat.NotebookNode) -> list[tuple[str, float]]:
+    """(grade id, points) of the answers a person grades: cells that are both an answer and graded."""
+    return [(grade_id(c), float(c.metadata["nbgrader"].get("points", 0))) for c in source_nb.cells
+            if c.get("metadata", {}).get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("solution")]
 
 
 def interface(source_nb: nbformat.NotebookNode) -> list[str]:
@@ -80,15 +88,19 @@ def _failure(exc: BaseException, hidden: bool) -> str:
     return plain_text(f"{type(exc).__name__}: {exc}", MESSAGE_CHARS)
 
 
-def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: float) -> TestOutcome:
-    """One test cell against the student's kernel, with ``seconds`` of wall time for its calls."""
+def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: float,
+             files: dict[str, Path] | None = None, cache: dict | None = None) -> TestOutcome:
+    """One test cell against the student's kernel, with ``seconds`` of wall time for its calls.
+
+    ``files`` are the files handed in beside the notebook and ``cache`` the submission's shared cache
+    (see :class:`~agent_lab.grading.checks.Checks`)."""
     start = time.monotonic()
     try:
         channel = session.ready()
     except CallFailed as exc:
         return TestOutcome(test.grade_id, 0.0, test.points, f"not run: {exc}")
     channel.deadline, channel.budget = start + seconds, seconds
-    checks = Checks(hidden=test.hidden)
+    checks = Checks(hidden=test.hidden, files=files, cache=cache)
     namespace = {"__name__": "__grader__", "__builtins__": builtins, "torch": torch, "_check": checks}
     namespace.update({name: StudentFunction(name, session.current) for name in names})
     try:
@@ -96,17 +108,19 @@ def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: 
             exec(compile(test.source, f"<test {test.grade_id}>", "exec"), namespace)  # noqa: S102 - our tests
     except Exception as exc:  # noqa: BLE001 - every failure of a test is a failed test
         return TestOutcome(test.grade_id, 0.0, test.points, _failure(exc, test.hidden),
-                           time.monotonic() - start)
+                           time.monotonic() - start, checks.records)
     finally:
         channel.deadline = None
     message = "; ".join(["passed", *(plain_text(n, 200) for n in checks.notes)])
-    return TestOutcome(test.grade_id, test.points, test.points, message, time.monotonic() - start)
+    return TestOutcome(test.grade_id, test.points, test.points, message, time.monotonic() - start,
+                       checks.records)
 
 
 def run_tests(tests: list[TestCell], session: KernelSession, names: list[str], cell_timeout: float,
-              timeouts: dict[str, float] | None = None, deadline: float | None = None) -> list[TestOutcome]:
+              timeouts: dict[str, float] | None = None, deadline: float | None = None,
+              files: dict[str, Path] | None = None) -> list[TestOutcome]:
     """Every test in order; past ``deadline`` (a ``time.monotonic()`` value) the rest are marked not run."""
-    outcomes = []
+    outcomes, cache = [], {}
     for test in tests:
         seconds = float((timeouts or {}).get(test.grade_id, cell_timeout))
         if deadline is not None:
@@ -115,5 +129,5 @@ def run_tests(tests: list[TestCell], session: KernelSession, names: list[str], c
             outcomes.append(TestOutcome(test.grade_id, 0.0, test.points,
                                         "not run: the notebook used its time budget"))
             continue
-        outcomes.append(run_test(test, session, names, seconds))
+        outcomes.append(run_test(test, session, names, seconds, files, cache))
     return outcomes
