@@ -35,6 +35,9 @@ def write_source(root: Path) -> Path:
         new_code_cell("### BEGIN HIDDEN TESTS\nassert cube(2) == 8, 'cube(2) should be 8'\n"
                       "### END HIDDEN TESTS",
                       metadata=_meta("test_cube_hidden", grade=True, locked=True, points=3)),
+        new_markdown_cell("Why is a cube an odd function? (graded by hand)", metadata=_meta("explain_q", locked=True)),
+        new_markdown_cell("=== BEGIN MARK SCHEME ===\nMention that (-x)^3 = -x^3.\n=== END MARK SCHEME ===",
+                          metadata=_meta("explain", solution=True, grade=True, points=2)),
     ])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     folder = root / NAME
