@@ -19,24 +19,20 @@ command, the date, the machine and the commit, to ``bench/results/bench_trainer.
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-from agent_lab.diagnostics import summary_table
-from agent_lab.recipes import RECIPES, recipe
-from agent_lab.trainer import train, train_rl, train_sft
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _results import RESULTS, save_section  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results" / "bench_trainer.json"
+from agent_lab.diagnostics import summary_table  # noqa: E402
+from agent_lab.recipes import RECIPES, recipe  # noqa: E402
+from agent_lab.trainer import train, train_rl, train_sft  # noqa: E402
+
 
 
 def number_search(names, seeds_for, time_limit: float) -> list[dict]:
@@ -113,45 +109,6 @@ def crafting_summary(name: str, rows: list[dict], seconds: float) -> dict:
                        f"({seconds:.0f} s)"}
 
 
-def machine() -> dict:
-    import torch
-
-    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
-
-
-def commit() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
-        return out.stdout.strip() + ("+uncommitted" if dirty else "") if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def save_results(path: Path, section: str, rows: list[dict], argv: list[str]) -> None:
-    """Write ``rows`` as ``section`` of the results file, keeping the other sections."""
-    data = json.loads(path.read_text()) if path.exists() else {"sections": {}}
-    data["sections"][section] = {"command": " ".join(["python bench/bench_trainer.py", *argv]),
-                                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                                 "machine": machine(), "commit": commit(), "rows": rows}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_finite_or_null(data), indent=1) + "\n")
-
-
-def _finite_or_null(x):
-    """JSON has no infinity: a figure never reached (an infinite median) is written as null."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite_or_null(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite_or_null(v) for v in x]
-    return x
-
-
 def main(argv=None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -164,7 +121,7 @@ def main(argv=None) -> None:
     p.add_argument("--crafting-budget", choices=("quick", "full", "long"), default=None,
                    help="crafting: recipe crafting-<budget>; default quick, or full with --full")
     p.add_argument("--seeds", type=int, default=None, help="number search: seeds per recipe (default: see --quick)")
-    p.add_argument("--results", type=Path, default=RESULTS, help="where to write the figures (JSON)")
+    p.add_argument("--results", type=Path, default=RESULTS / "bench_trainer.json", help="where to write the figures")
     args = p.parse_args(argv)
     three = ("number-search", "number-search/dr_grpo")
     seeds_for = ((lambda n: args.seeds) if args.seeds else (lambda n: 3) if args.full else
@@ -176,7 +133,7 @@ def main(argv=None) -> None:
         names = [n for n, r in RECIPES.items() if r.bench == "number-search" and (args.full or not r.full_only)]
         rows = number_search(names, seeds_for, limit)
         print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
-        save_results(args.results, "number-search", rows, argv)
+        save_section(args.results, "number-search", rows, " ".join(["python bench/bench_trainer.py", *argv]))
     if args.only in (None, "crafting"):
         name = f"crafting-{args.crafting_budget or ('full' if args.full else 'quick')}"
         print(f"\n2. crafting ({name}): greedy success after a fixed budget, next to the planner")
@@ -184,7 +141,8 @@ def main(argv=None) -> None:
         rows = crafting(name, run_dir=args.run_dir, reread=not args.plain)
         print(summary_table(rows, ["policy", "mask", "split", "group", "n", "greedy", "planner", "share_of_planner"]))
         if not args.plain:
-            save_results(args.results, "crafting", [crafting_summary(name, rows, time.perf_counter() - t_craft)], argv)
+            save_section(args.results, "crafting", [crafting_summary(name, rows, time.perf_counter() - t_craft)],
+                         " ".join(["python bench/bench_trainer.py", *argv]))
     print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
 
 

@@ -31,6 +31,7 @@ def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
     for section in ("1. rollouts", "2. training step", "3. number search"):
         assert section in out
     assert res["rollout_tok_per_s"] > 0 and res["cache_speedup"] > 0
+    assert res["logprob_gap_max"] < 1e-5, "measured before any update, the sampler and the trainer agree"
 
 
 def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
@@ -47,6 +48,14 @@ def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
     res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1"])
     assert res["identical_samples"] is True
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
+
+
+def test_micro_batch_bench_measures_each_size_in_its_own_process_with_the_same_gradient(tmp_path, capsys):
+    rows = _load("bench_micro_batches").main(["--batch", "6", "--d-model", "16", "--n-layers", "1", "--sizes", "0",
+                                              "2", "--results", str(tmp_path / "m.json")])
+    assert [r["micro_batch_size"] for r in rows] == [0, 2]
+    assert all(r["peak_step_mib"] >= 0 for r in rows) and rows[1]["max_grad_difference"] < 1e-5
+    assert (tmp_path / "m.json").exists()
 
 
 def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
