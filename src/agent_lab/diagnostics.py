@@ -42,7 +42,8 @@ PANELS: tuple[Panel, ...] = (
     Panel("entropy", ("entropy",), "nats per action token", 0.0),
     Panel("KL", ("kl_mu_pi_k3_on_mu", "kl_pi_ref_k3_on_mu"), "nats per token", 0.0, span=1e-2),
     Panel("clip fraction", ("clip_fraction", "clip_frac_pos", "clip_frac_neg"), "share of tokens", 0.0, span=0.1),
-    Panel("importance ratio", ("ratio_mean", "ratio_max", "ratio_min"), "pi / mu per token", span=0.4, centre=1.0),
+    Panel("importance ratio", ("ratio_mean", "ratio_max", "ratio_min"), "pi / mu per token", 0.0, span=0.4,
+          centre=1.0),
     Panel("gradient norm", ("grad_norm_before", "grad_norm_after"), "L2 norm", 0.0),
     Panel("ESS / B", ("ess_fraction",), "share of the batch", 0.0, 1.02),
     Panel("sampler vs trainer", ("logprob_gap_max", "logprob_gap_mean"), "|log mu - log pi|", 0.0, span=1e-3),
@@ -52,7 +53,7 @@ PANELS: tuple[Panel, ...] = (
 )
 #: Legend labels: the direction and sampling distribution of each KL, in symbols.
 LABELS = {"kl_mu_pi_k3_on_mu": "KL(mu||pi), k3 on mu", "kl_pi_ref_k3_on_mu": "KL(pi||ref), k3 on mu",
-          "eval_success": "greedy (held out)", "success": "sampled", "optimum": "planner"}
+          "eval_success": "greedy (held out)", "success": "training batch", "optimum": "planner"}
 
 
 class MetricsWriter:
@@ -111,21 +112,35 @@ class Progress:
         self.done += 1
         if not self.enabled:
             return
-        figures = {k: f"{row[k]:.2f}" for k in ("success", "eval_success") if _finite(row.get(k))}
+        self.last_row, self.printed = row, False
         if self.bar is not None:
             self.bar.update(1)
-            self.bar.set_postfix(figures)
+            self.bar.set_postfix(_figures(row))
             return
         now = time.perf_counter()
         if self.done % self.every == 0 or now - self.last_t >= self.every_s or self.done == self.total:
-            self.last_t = now
-            text = " ".join(f"{k} {v}" for k, v in figures.items())
-            print(f"{self.desc}: step {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {text} "
-                  f"[{row.get('elapsed_s', 0.0):.0f} s]".replace("  ", " "), file=self.stream, flush=True)
+            self.last_t, self.printed = now, True
+            self._line(row)
+
+    def _line(self, row: dict) -> None:
+        text = " ".join(f"{k} {v}" for k, v in _figures(row).items())
+        print(f"{self.desc}: step {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {text} "
+              f"[{row.get('elapsed_s', 0.0):.0f} s]", file=self.stream, flush=True)
 
     def close(self) -> None:
+        """End the bar; in line mode, write the last step if the phase stopped between two lines."""
         if self.bar is not None:
             self.bar.close()
+        elif self.enabled and not getattr(self, "printed", True):
+            self._line(self.last_row)
+
+
+def _figures(row: dict) -> dict[str, str]:
+    """What a progress line shows: the loss, greedy success when evaluated, and (RL) sampled success."""
+    figures = {"loss": row.get("loss"), "greedy": row.get("eval_success")}
+    if row.get("phase") != "sft":  # an SFT batch's success is the planner's, not the policy's
+        figures["sampled"] = row.get("success")
+    return {k: f"{v:.3f}" if k == "loss" else f"{v:.2f}" for k, v in figures.items() if _finite(v)}
 
 
 def _is_terminal(stream) -> bool:
@@ -156,11 +171,11 @@ def curves_figure(history: Sequence[dict], title: str = ""):
                 ax.plot(xs, ys, marker="." if len(pts) < 30 else None, label=LABELS.get(k, k))
         ax.set_ylim(*_y_range(panel, values))
         ax.ticklabel_format(axis="y", useOffset=False)
-        ax.set_title(panel.title, fontsize=10, pad=16 if len(ax.lines) > 1 else 6)
+        ax.set_title(panel.title, fontsize=10, pad=16 if len(panel.keys) > 1 else 6)
         ax.set_ylabel(panel.ylabel, fontsize=8)
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=8)
-        if len(ax.lines) > 1:  # above the axes, under the title: never over a curve
+        if len(panel.keys) > 1:  # above the axes, under the title: never over a curve
             ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(ax.lines), frameon=False,
                       borderaxespad=0.1, handlelength=1.2, columnspacing=0.8)
     for ax in list(axes.flat)[len(panels):]:
@@ -175,7 +190,8 @@ def _y_range(panel: Panel, values: list[float]) -> tuple[float, float]:
     lo, hi = min(values), max(values)
     if panel.centre is not None:  # symmetric around the centre, at least span wide
         half = max(panel.span / 2, abs(lo - panel.centre), abs(hi - panel.centre)) * 1.05
-        return panel.centre - half, panel.centre + half
+        bottom = panel.centre - half if panel.low is None else max(panel.low, panel.centre - half)
+        return bottom, panel.centre + half
     low = panel.low if panel.low is not None else lo
     high = panel.high if panel.high is not None else hi
     if panel.high is None and panel.span is not None:

@@ -501,7 +501,7 @@ def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, ad
 def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=None) -> str:
     """The exact loss and settings of the run, as printed at its start and saved to loss.txt."""
     cfg, m, s = run.cfg, run.cfg.model, run.cfg.sampling
-    lines = [f"agent-lab train: env={cfg.env} {cfg.env_options or ''} seed={cfg.seed}",
+    lines = [f"agent-lab train: env={cfg.env}" + (f" {cfg.env_options}" if cfg.env_options else "") + f" seed={cfg.seed}",
              f"policy: decoder-only transformer d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
              f"positions={m.positions} ({run.model.num_parameters()} parameters)",
              f"sampling: temperature={s.temperature} top_p={s.top_p} candidate_mask={s.candidate_mask} "
