@@ -25,7 +25,8 @@ def commit() -> str | None:
     """The checkout's commit, marked when tracked files differ from it."""
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here, timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
+                             timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                text=True, cwd=here, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -44,19 +44,20 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
             r = train(recipe(name, seed=seed, time_limit_s=time_limit), progress=False)
             cpu = time.process_time() - c0  # CPU seconds of this process: less inflated by a busy machine
             hit = r.reached_optimum_at
-            runs.append({"seed": seed, "reached_s": hit["seconds"] if hit else None,
-                         "reached_episodes": hit["episodes"] if hit else None, "reached_step": hit["step"] if hit else None,
-                         "run_s": r.seconds, "cpu_s": cpu, "final_greedy": r.final_eval.success})
-            print(f"  {name} seed {seed}: " + (f"optimum at step {hit['step']}, {hit['seconds']:.1f} s, "
-                                               f"{hit['episodes']} episodes; {cpu:.1f} CPU-s for the whole run" if hit else
-                                               f"not reached in {r.seconds:.0f} s (greedy {r.final_eval.success:.3f})"),
-                  flush=True)
+            got = hit or {}
+            runs.append({"seed": seed, "reached_s": got.get("seconds"), "reached_episodes": got.get("episodes"),
+                         "reached_step": got.get("step"), "run_s": r.seconds, "cpu_s": cpu,
+                         "final_greedy": r.final_eval.success})
+            print(f"  {name} seed {seed}: " + (f"optimum at step {got.get('step')}, {got.get('seconds', 0):.1f} s, "
+                                               f"{got.get('episodes')} episodes; {cpu:.1f} CPU-s for the whole run"
+                                               if hit else f"not reached in {r.seconds:.0f} s (greedy "
+                                               f"{r.final_eval.success:.3f})"), flush=True)
         secs = [x["reached_s"] if x["reached_s"] is not None else float("inf") for x in runs]
         eps = [x["reached_episodes"] if x["reached_episodes"] is not None else float("inf") for x in runs]
         reached = sum(s < float("inf") for s in secs)
-        row = {"recipe": name, "seeds": len(runs), "reached": f"{reached}/{len(runs)}", "median_s": statistics.median(secs),
-               "median_episodes": statistics.median(eps), "final_greedy": statistics.median(x["final_greedy"] for x in runs),
-               "runs": runs}
+        row = {"recipe": name, "seeds": len(runs), "reached": f"{reached}/{len(runs)}",
+               "median_s": statistics.median(secs), "median_episodes": statistics.median(eps),
+               "final_greedy": statistics.median(x["final_greedy"] for x in runs), "runs": runs}
         row["summary"] = (f"optimum 15/16 reached in {reached} of {len(runs)} seeds, median {row['median_s']:.1f} s "
                           f"({row['median_episodes']} episodes)" if reached else
                           f"optimum not reached in {len(runs)} seeds (median final greedy {row['final_greedy']:.3f})")

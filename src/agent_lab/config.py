@@ -27,9 +27,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agent_lab.algorithms import RL_ALGORITHMS
+from agent_lab.algorithms import RL_ALGORITHMS, make_algorithm
 from agent_lab.device import DEVICE_CHOICES
+from agent_lab.envs import ENV_NAMES
 from agent_lab.estimators.aggregation import OBJECTIVES
+from agent_lab.plugins import make_plugins
 from agent_lab.policy.model import ModelConfig
 from agent_lab.rollout import SamplingConfig
 
@@ -100,8 +102,6 @@ class AlgorithmConfig:
 
     def build(self, max_tokens: int):
         """The algorithm object (:func:`agent_lab.algorithms.make_algorithm`)."""
-        from agent_lab.algorithms import make_algorithm
-
         return make_algorithm(self.name, group_size=self.group_size, max_tokens=max_tokens,
                               objective=self.objective, **self.options)
 
@@ -230,8 +230,6 @@ class TrainConfig:
                  sft: SFTConfig | None = None, algorithm: AlgorithmConfig | None = None,
                  optimizer: OptimizerConfig | None = None, evaluation: EvalConfig | None = None,
                  run: RunConfig | None = None, plugins: dict | None = None, **flat: Any):
-        from agent_lab.envs import ENV_NAMES
-
         if env not in ENV_NAMES:
             raise ValueError(f"env must be one of {list(ENV_NAMES)}, got {env!r}")
         _count("seed", seed)
@@ -245,8 +243,6 @@ class TrainConfig:
             setattr(self, name, cls(**sections[name]))
         if self.sampling.decoding != "sampled":
             raise ValueError("sampling.decoding must be 'sampled' for training (greedy decoding is for evaluation)")
-        from agent_lab.plugins import make_plugins
-
         make_plugins(plugin_opts)  # each plug-in checks its own options
         self.plugins = plugin_opts
 
@@ -296,8 +292,6 @@ class TrainConfig:
                              f"{a.batch_size // world_size}")
         if self.sft.batch_size % world_size:
             raise ValueError(f"sft_batch_size={self.sft.batch_size} must be divisible by the world size {world_size}")
-        from agent_lab.plugins import make_plugins
-
         for plugin in make_plugins(self.plugins):
             plugin.check(self, world_size)
 
@@ -309,8 +303,9 @@ def _apply_flat(sections: dict[str, dict], plugins: dict, flat: dict) -> tuple[d
             raise ValueError(f"{key} is no longer a setting: {why}")
     unknown = sorted(set(flat) - set(FLAT) - set(OPTION_OF) - set(PLUGIN_OF))
     if unknown:
-        raise ValueError(f"unknown TrainConfig field {unknown[0]!r}; flat fields are {sorted({*FLAT, *OPTION_OF, *PLUGIN_OF})}"
-                         f" and sections are {list(SECTIONS)}")
+        known = sorted({*FLAT, *OPTION_OF, *PLUGIN_OF})
+        raise ValueError(f"unknown TrainConfig field {unknown[0]!r}; flat fields are {known} and sections are "
+                         f"{list(SECTIONS)}")
     algo = sections["algorithm"]
     given_name = algo["name"]
     for key, (section, name) in FLAT.items():

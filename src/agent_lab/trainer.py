@@ -169,6 +169,9 @@ def train_rl(config: TrainConfig | None = None, *, init: TrainResult | str | Pat
     cfg = _prepare(config, overrides, advantage_fn, loss_fn)
     if cfg.algorithm.steps < 1:
         raise ValueError("train_rl needs steps >= 1")
+    if init is None and not cfg.run.resume and cfg.sft.steps > 0:
+        raise ValueError(f"RL starts after the {cfg.sft.steps}-step cold start: pass init=train_sft(config), or set "
+                         "sft_steps=0 to start RL from random weights")
     with _cpu_threads(cfg):
         run = start_run(cfg, phases=("rl",), init=init, hooks=(advantage_fn, loss_fn), progress=progress)
         if run.step < cfg.sft.steps:
@@ -501,7 +504,8 @@ def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, ad
 def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=None) -> str:
     """The exact loss and settings of the run, as printed at its start and saved to loss.txt."""
     cfg, m, s = run.cfg, run.cfg.model, run.cfg.sampling
-    lines = [f"agent-lab train: env={cfg.env}" + (f" {cfg.env_options}" if cfg.env_options else "") + f" seed={cfg.seed}",
+    options = f" {cfg.env_options}" if cfg.env_options else ""
+    lines = [f"agent-lab train: env={cfg.env}{options} seed={cfg.seed}",
              f"policy: decoder-only transformer d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
              f"positions={m.positions} ({run.model.num_parameters()} parameters)",
              f"sampling: temperature={s.temperature} top_p={s.top_p} candidate_mask={s.candidate_mask} "

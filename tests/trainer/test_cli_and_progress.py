@@ -72,7 +72,8 @@ def test_agent_lab_train_with_no_options_reaches_the_optimum(tmp_path, capsys):
     assert cli_main(["train", "--run-dir", str(tmp_path), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "0.938 [" in out and "planner" in out and "optimum reached" in out and "step " in out.split("optimum")[-1]
-    for f in ("config.json", "loss.txt", "metrics.jsonl", "metrics.csv", "curves.png", "checkpoint.pt", "final_eval.json"):
+    for f in ("config.json", "loss.txt", "metrics.jsonl", "metrics.csv", "curves.png", "checkpoint.pt",
+              "final_eval.json"):
         assert (tmp_path / f).exists(), f
     assert "below the planner's optimum" not in out
     from pathlib import Path

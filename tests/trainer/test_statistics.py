@@ -42,7 +42,8 @@ def one_token_batch(tokens, old_probs, rewards=None, top_p=1.0) -> RolloutBatch:
     ids = torch.tensor([[0, t] for t in tokens])
     r = torch.tensor(rewards if rewards is not None else [1.0] * B, dtype=torch.float64)
     return RolloutBatch(
-        input_ids=ids, attention_mask=torch.ones(B, 2, dtype=torch.bool), action_mask=torch.ones(B, 1, dtype=torch.bool),
+        input_ids=ids, attention_mask=torch.ones(B, 2, dtype=torch.bool),
+        action_mask=torch.ones(B, 1, dtype=torch.bool),
         old_logprobs=torch.log(torch.tensor(old_probs, dtype=torch.float64))[:, None],
         turn_ids=torch.zeros(B, 1, dtype=torch.long), allowed_tokens=torch.ones(B, 1, V, dtype=torch.bool),
         rewards=r[:, None], turn_mask=torch.ones(B, 1, dtype=torch.bool), success=r > 0, episode_return=r,

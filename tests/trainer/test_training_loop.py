@@ -227,7 +227,8 @@ def test_cli_reports_bad_configuration_in_one_line_with_exit_code_2(capsys):
 
 
 def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys):
-    rc = cli_main(["train", "--recipe", "number-search/plain", "--algo", "sft", "--steps", "2", "--d-model", "32", "--n-layers", "1",
+    rc = cli_main(["train", "--recipe", "number-search/plain", "--algo", "sft", "--steps", "2", "--d-model", "32",
+                   "--n-layers", "1",
                    "--sft-batch-size", "8", "--eval-every", "0", "--run-dir", str(tmp_path), "--quiet"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -238,7 +239,8 @@ def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys
 
 
 def test_cli_eval_overrides_the_checkpoints_environment_options_and_mask(tmp_path, capsys):
-    rc = cli_main(["train", "--recipe", "number-search/plain", "--env", "crafting", "--algo", "sft", "--steps", "1", "--d-model", "16", "--n-layers", "1",
+    rc = cli_main(["train", "--recipe", "number-search/plain", "--env", "crafting", "--algo", "sft", "--steps", "1",
+                   "--d-model", "16", "--n-layers", "1",
                    "--n-heads", "2", "--sft-batch-size", "4", "--eval-every", "0", "--candidate-mask",
                    "--env-option", "reread=true", "--run-dir", str(tmp_path), "--quiet"])
     assert rc == 0

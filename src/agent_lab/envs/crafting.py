@@ -379,7 +379,8 @@ class Crafting(TextEnv):
                 out.append(frozenset())
                 continue
             world, inv, counts = state.world, state.inventory, range(1, self.max_get + 1)
-            texts = [f"get {b} {n}" for b in world["base"] for n in counts if self._get_refusal(world, inv, b, n) is None]
+            texts = [f"get {b} {n}" for b in world["base"] for n in counts
+                     if self._get_refusal(world, inv, b, n) is None]
             texts += [f"craft {x}" for x in world["recipes"] if self._craft_refusal(world, inv, x) is None]
             if self.think and self._refusal(state, ["think"]) is None:
                 texts.append("think" + OPEN_ENDED)
