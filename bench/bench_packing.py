@@ -1,7 +1,7 @@
 """Sequence packing: one training step on padded rows against the same step on packed rows.
 
 A crafting SFT batch mixes levels 1-3, so transcripts range from ~60 to ~210 tokens and about half of a
-right-padded batch is padding. :func:`agent_lab.trainer.policy_logits` packs the transcripts into fewer
+right-padded batch is padding. :func:`agent_lab.update.policy_logits` packs the transcripts into fewer
 rows (:mod:`agent_lab.policy.packing`). Prints, for ``--batches`` demonstration batches, the share of real
 tokens, rows before and after packing, the median seconds of forward + backward each way, their ratio,
 and the largest logit difference (rounding only).

@@ -3,7 +3,9 @@
 Prints tokens per second and the share of the GPU's bf16 dense peak for
 
 1. crafting rollouts (~250-token episodes) with the KV cache, against full recomputation on a smaller batch;
-2. one teacher-forced training step (forward + backward) over the finished batch, bf16 autocast;
+2. one teacher-forced training step (forward + backward) over the finished batch, bf16 autocast; the largest
+   and mean gap between the sampler's recorded log-probs and the trainer's recomputation (theta = theta_old);
+   the peak memory of one step for three micro-batch sizes;
 3. number search end to end: SFT cold start then Dr.GRPO until the greedy policy reaches the planner's
    optimum (15/16), with the seconds it took.
 
@@ -107,6 +109,11 @@ def main(argv=None) -> dict:
                                            autocast_dtype=amp), device)
     res["cache_speedup"] = t2 / t1
     print(f"   {args.no_cache_batch} episodes: KV cache {t1:.2f} s, full recompute {t2:.2f} s -> {t2 / t1:.1f}x")
+    # the sampler's log-probs against the trainer's, before any update, both under bf16 autocast
+    gap = sampler_trainer_gap(model, batch, env, amp)
+    res.update(gap)
+    print(f"   sampler vs trainer log-probs before any update (bf16 autocast={amp is not None}): largest "
+          f"|log mu - log pi| {gap['logprob_gap_max']:.2e}, mean {gap['logprob_gap_mean']:.2e}")
     # 2. one training step over the finished batch
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 
@@ -126,6 +133,12 @@ def main(argv=None) -> dict:
     print(f"2. training step (forward + backward + Adam) on {n_tok:,} tokens: {t_tr:.3f} s, {n_tok / t_tr:,.0f} "
           f"tokens/s ({share(6 * n_params * n_tok / t_tr)}); forward only {t_fwd:.3f} s; rollout / forward = "
           f"{t_roll / t_fwd:.1f}x")
+    # peak memory of one step by micro-batch size (the gradient is the same for every size)
+    if device.type == "cuda":
+        for size in (0, max(1, args.batch // 4), max(1, args.batch // 16)):
+            res[f"peak_mib_micro_{size}"] = peak_step_memory(model, batch, env, amp, size)
+        print("   peak memory of one SFT-objective step by micro-batch size (0: the whole batch): "
+              + ", ".join(f"{k.rsplit('_', 1)[1]}: {v:,.0f} MiB" for k, v in res.items() if k.startswith("peak_mib")))
     # 3. number search end to end with the same model size
     from agent_lab.trainer import TrainConfig, train
 
@@ -145,6 +158,34 @@ def main(argv=None) -> dict:
              else f"no, within {args.train_steps} steps and {args.time_limit:.0f} s")
           + f"; {res['number_search_s']:.1f} s in all")
     return res
+
+
+def sampler_trainer_gap(model, batch, env, amp) -> dict:
+    """Largest and mean |recorded - recomputed| log-prob over the batch's policy tokens (agent_lab.update)."""
+    from agent_lab.algorithms import make_algorithm
+    from agent_lab.update import batch_loss, logprob_gap
+
+    algo = make_algorithm("dr_grpo", group_size=1, max_tokens=int(env.max_policy_tokens))
+    with torch.no_grad(), (torch.autocast("cuda", dtype=amp) if amp is not None else torch.enable_grad()):
+        f = batch_loss(model, batch, torch.zeros(len(batch), device=batch.input_ids.device), algo, sampler_view=True)
+    return logprob_gap(batch, f.sampler_logprobs)
+
+
+def peak_step_memory(model, batch, env, amp, micro_batch_size: int) -> float:
+    """Peak CUDA memory (MiB) of one token-mean gradient step over ``batch`` in micro-batches of that size."""
+    from contextlib import nullcontext
+
+    from agent_lab.algorithms import make_algorithm
+    from agent_lab.update import gradient_step
+
+    algo = make_algorithm("sft", group_size=1, max_tokens=int(env.max_policy_tokens))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    gradient_step(model, opt, batch, torch.ones(len(batch), device=batch.input_ids.device), algo, grad_clip=1e9,
+                  micro_batch_size=micro_batch_size, amp=torch.autocast("cuda", dtype=amp) if amp else nullcontext())
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**20
 
 
 def _forward(model, batch, amp):

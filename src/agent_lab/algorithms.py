@@ -1,22 +1,26 @@
-"""The training algorithms, each a few lines over the estimator library (book chapter "From REINFORCE to
-Dr.GRPO in one trainer"; seed 000 §2-§6, seed 004 §6-§13).
+"""The training algorithms, each a small class over the estimator library (book/part1/06_group_relative_advantages.md,
+book/part1/07_off_policy_ppo_kl_rewards.md; lecture notes sections 2-7).
 
-An algorithm says three things, and nothing else:
+An algorithm says everything the trainer needs to know about it, so the trainer never asks for its name:
 
-* ``advantages(batch)``: the credit of each episode (``[B]``) or turn (``[B, T]``);
-* ``surrogate(logprobs, batch, advantages)``: the per-token quantity to maximise (``[B, L-1]``);
-* ``objective``: how tokens are summed and normalised (an :data:`agent_lab.estimators.aggregation.OBJECTIVES` name).
+* ``advantages(batch, state)``: the credit of each episode (``[B]``) or turn (``[B, T]``);
+* ``surrogate(logprobs, batch, advantages, ref_logprobs)``: the per-token quantity to maximise (``[B, L-1]``);
+* ``loss_mask(batch, advantages)``: which tokens enter the loss (ReST-EM keeps only the kept episodes');
+* ``objective``: how tokens are summed and normalised (an ``estimators.aggregation.OBJECTIVES`` name);
+* what its update needs: ``needs_groups`` (contiguous groups of one task), ``needs_reference()`` (a frozen copy
+  of the policy when RL starts), ``epochs`` and ``minibatches`` per rollout batch;
+* ``describe()``: the exact loss, printed and saved at the start of each run.
 
-The trainer turns these into ``loss = -reduce_loss(aggregate(surrogate, action_mask, objective))`` and logs
-the exact text of :meth:`Algorithm.describe` at the start of each run. What makes GRPO differ from Dr.GRPO
-is visible below: a standardised versus a centred advantage, and a per-sequence versus a constant
-normaliser. Every number comes from :mod:`agent_lab.estimators`; nothing here re-implements one.
+Its own settings are its dataclass fields (PPO's ``clip_eps``, REINFORCE's ``baseline``), passed by name to
+:func:`make_algorithm`. What makes GRPO differ from Dr.GRPO is visible below: a standardised versus a centred
+advantage, and a per-sequence versus a constant normaliser. A new algorithm is one class with ``@register``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -28,12 +32,14 @@ from agent_lab.estimators.advantages import (
 )
 from agent_lab.estimators.baselines import constant_baseline, running_mean_update
 from agent_lab.estimators.filtering import rest_em_filter
-from agent_lab.estimators.logprobs import kl_estimate
+from agent_lab.estimators.logprobs import KL_KINDS, kl_estimate
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
 from agent_lab.estimators.returns import reward_to_go
 
-ALGORITHMS = ("reinforce", "rloo", "grpo", "dr_grpo", "rest_em", "ppo", "sft")
 BASELINES = ("none", "constant", "running_mean")
+_MASK = ("m_ij = action_mask: 1 on policy-sampled target tokens (action words and the newline ending each "
+         "action), 0 on prompt, observations and padding; normalisers are global sums over all workers and "
+         "micro-batches")
 
 
 @dataclass
@@ -49,15 +55,27 @@ class AlgoState:
 
 @dataclass
 class Algorithm:
-    """Base: REINFORCE-style surrogate ``sg[A] * log pi`` over all action tokens, one epoch per batch."""
+    """Base: REINFORCE-style surrogate ``sg[A] * log pi`` over all action tokens, one update per batch."""
 
-    name: str
     group_size: int = 1
-    objective: str = "constant"
-    max_tokens: int = 1
-    epochs: int = 1
-    uses_rollouts: bool = True
-    options: dict = field(default_factory=dict)
+    max_tokens: int = 1  # the most policy tokens an episode holds: the "constant" objective's normaliser
+    objective: str | None = None  # None: default_objective
+
+    name: ClassVar[str] = ""
+    default_objective: ClassVar[str] = "constant"
+    needs_groups: ClassVar[bool] = False  # its advantages compare the samples of one task
+    uses_rollouts: ClassVar[bool] = True  # False: it trains on demonstrations (SFT)
+    accepts_loss_fn: ClassVar[bool] = True  # a user's REINFORCE-style loss_fn may replace its surrogate
+    epochs = 1  # passes over each rollout batch (a field where an algorithm makes it an option)
+    minibatches = 1  # optimizer steps per pass
+
+    def __post_init__(self):
+        if self.objective is None:
+            self.objective = self.default_objective
+
+    def needs_reference(self) -> bool:
+        """Whether the surrogate needs the log-probs of a frozen reference policy."""
+        return False
 
     def advantages(self, batch, state: AlgoState) -> Tensor:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -71,8 +89,8 @@ class Algorithm:
         """Tokens that enter the loss and its normaliser ``[B, L-1]``: the action mask."""
         return batch.action_mask
 
-    def describe(self) -> str:
-        return f"{self.name}: see agent_lab.algorithms"
+    def describe(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
 
     def _normaliser(self) -> str:
         return {
@@ -83,25 +101,50 @@ class Algorithm:
             "turn_then_trajectory": "loss = mean over tokens of each turn, then turns, then sequences",
         }[self.objective]
 
-    _MASK = ("m_ij = action_mask: 1 on policy-sampled target tokens (action words and the newline ending each "
-             "action), 0 on prompt, observations and padding; normalisers are global sums over all workers")
+
+_REGISTRY: dict[str, type[Algorithm]] = {}
 
 
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: make ``cls`` available to :func:`make_algorithm` under ``cls.name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _positive(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@register
+@dataclass
 class Reinforce(Algorithm):
     """REINFORCE (Williams 1992) with an optional baseline; with ``reward_to_go`` each action is credited
     only with the rewards from its own turn on (``[B, T]`` credit placed on tokens by turn id)."""
 
+    baseline: str = "none"  # none | constant | running_mean
+    baseline_value: float = 0.0  # the constant baseline
+    reward_to_go: bool = False
+    gamma: float = 1.0  # discount of the reward-to-go
+
+    name: ClassVar[str] = "reinforce"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+
     def advantages(self, batch, state: AlgoState) -> Tensor:
-        o = self.options
-        if o.get("reward_to_go"):
-            ret = reward_to_go(batch.rewards, gamma=o.get("gamma", 1.0), mask=batch.turn_mask)  # [B, T]
+        if self.reward_to_go:
+            ret = reward_to_go(batch.rewards, gamma=self.gamma, mask=batch.turn_mask)  # [B, T]
         else:
             ret = batch.episode_return  # [B]
-        kind = o.get("baseline", "none")
-        if kind == "none":
+        if self.baseline == "none":
             return ret
-        if kind == "constant":
-            return ret - constant_baseline(ret, o.get("baseline_value", 0.0))
+        if self.baseline == "constant":
+            return ret - constant_baseline(ret, self.baseline_value)
         # running mean of episode returns seen *before* this batch (else it depends on the batch's own actions)
         b = state.baseline_mean if state.baseline_count > 0 else 0.0
         mean, count = running_mean_update(torch.tensor(state.baseline_mean), state.baseline_count,
@@ -111,26 +154,35 @@ class Reinforce(Algorithm):
         return adv * batch.turn_mask if adv.dim() == 2 else adv
 
     def describe(self) -> str:
-        o = self.options
         credit = ("reward-to-go G_t = sum_{t'>=t} gamma^(t'-t) r_t' per turn, placed on that turn's tokens"
-                  if o.get("reward_to_go") else "episode return R_i on every action token")
-        base = {"none": "no baseline", "constant": f"constant baseline b = {o.get('baseline_value', 0.0)}",
-                "running_mean": "running-mean baseline b = mean of all earlier episode returns"}[o.get("baseline", "none")]
+                  if self.reward_to_go else "episode return R_i on every action token")
+        base = {"none": "no baseline", "constant": f"constant baseline b = {self.baseline_value}",
+                "running_mean": "running-mean baseline b = mean of all earlier episode returns"}[self.baseline]
         return (f"REINFORCE: A = {credit}, minus {base}; s_ij = sg[A] * log pi(x_ij | x_<ij); "
-                f"{self._normaliser()}; {self._MASK}")
+                f"{self._normaliser()}; {_MASK}")
 
 
+@register
+@dataclass
 class RLOO(Algorithm):
+    name: ClassVar[str] = "rloo"
+    needs_groups: ClassVar[bool] = True
+
     def advantages(self, batch, state):
         return rloo_advantages(batch.episode_return, self.group_size)
 
     def describe(self):
         return (f"RLOO: A_i = R_i - mean_{{k != i in group}} R_k (group_size G = {self.group_size}, contiguous rows "
-                f"[gG, (g+1)G)); s_ij = sg[A_i] * log pi(x_ij); {self._normaliser()}; {self._MASK}")
+                f"[gG, (g+1)G)); s_ij = sg[A_i] * log pi(x_ij); {self._normaliser()}; {_MASK}")
 
 
+@register
+@dataclass
 class GRPO(Algorithm):
-    EPS = 1e-6  # one constant for the computation and the printed loss, so the two cannot drift apart
+    name: ClassVar[str] = "grpo"
+    default_objective: ClassVar[str] = "seq_mean_token_mean"
+    needs_groups: ClassVar[bool] = True
+    EPS: ClassVar[float] = 1e-6  # one constant for the computation and the printed loss
 
     def advantages(self, batch, state):
         return group_standardized_advantages(batch.episode_return, self.group_size, eps=self.EPS)
@@ -138,86 +190,139 @@ class GRPO(Algorithm):
     def describe(self):
         return (f"GRPO: A_i = (R_i - mean_group R) / (std_group R + {self.EPS:g}), population std (group_size G = "
                 f"{self.group_size}, contiguous rows); s_ij = sg[A_i] * log pi(x_ij) (one epoch: ratio = 1, no "
-                f"clipping needed); {self._normaliser()}; {self._MASK}")
+                f"clipping needed); {self._normaliser()}; {_MASK}")
 
 
+@register
+@dataclass
 class DrGRPO(Algorithm):
+    name: ClassVar[str] = "dr_grpo"
+    needs_groups: ClassVar[bool] = True
+
     def advantages(self, batch, state):
         return group_centered_advantages(batch.episode_return, self.group_size)
 
     def describe(self):
         return (f"Dr.GRPO: A_i = R_i - mean_group R (no std division; group_size G = {self.group_size}, contiguous "
-                f"rows); s_ij = sg[A_i] * log pi(x_ij); {self._normaliser()}; {self._MASK}")
+                f"rows); s_ij = sg[A_i] * log pi(x_ij); {self._normaliser()}; {_MASK}")
 
 
+@register
+@dataclass
 class RestEM(Algorithm):
     """ReST-EM: keep episodes with return >= threshold, maximise their log-likelihood for ``epochs`` passes."""
 
+    epochs: int = 2
+    threshold: float = 1.0
+
+    name: ClassVar[str] = "rest_em"
+    default_objective: ClassVar[str] = "token_mean"
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive("rest_em_epochs", self.epochs)
+        if not math.isfinite(self.threshold):
+            raise ValueError(f"rest_em_threshold must be a finite number, got {self.threshold!r}")
+
     def advantages(self, batch, state):
-        sel = rest_em_filter(batch.episode_return, self.options.get("threshold", 1.0))
-        return sel.weights  # 1 on kept episodes, 0 on the rest
+        return rest_em_filter(batch.episode_return, self.threshold).weights  # 1 on kept episodes, 0 on the rest
 
     def loss_mask(self, batch, advantages):
         """Only the kept episodes' action tokens count, in the numerator and in the token-mean denominator."""
         return batch.action_mask & (advantages > 0)[:, None]
 
     def describe(self):
-        return (f"ReST-EM: keep episodes with R >= {self.options.get('threshold', 1.0)} (weight 1, others 0), "
-                f"s_ij = w_i * log pi(x_ij); {self._normaliser()} over kept episodes' tokens; {self.epochs} "
-                f"epoch(s) per collected batch; {self._MASK}")
+        return (f"ReST-EM: keep episodes with R >= {self.threshold} (weight 1, others 0), s_ij = w_i * log pi(x_ij); "
+                f"{self._normaliser()} over kept episodes' tokens; {self.epochs} epoch(s) per collected batch; {_MASK}")
 
 
+@register
+@dataclass
 class PPO(Algorithm):
     """PPO's clipped surrogate on group-centred advantages (no critic), several epochs per batch, optional
-    KL penalty to a frozen reference policy (the initial weights)."""
+    KL penalty to a frozen reference policy (the policy when RL starts)."""
+
+    epochs: int = 4
+    minibatches: int = 1
+    clip_eps: float = 0.2
+    kl_coef: float = 0.0  # KL penalty to the frozen reference
+    kl_kind: str = "k3"
+
+    name: ClassVar[str] = "ppo"
+    needs_groups: ClassVar[bool] = True
+    accepts_loss_fn: ClassVar[bool] = False  # its clipped ratio is not a REINFORCE surrogate
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive("ppo_epochs", self.epochs)
+        _positive("minibatches", self.minibatches)
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef}")
+        if self.kl_kind not in KL_KINDS:
+            raise ValueError(f"kl_kind must be one of {KL_KINDS}, got {self.kl_kind!r}")
+
+    def needs_reference(self) -> bool:
+        return self.kl_coef > 0
 
     def advantages(self, batch, state):
         return group_centered_advantages(batch.episode_return, self.group_size)
 
     def surrogate(self, logprobs, batch, advantages, ref_logprobs=None):
-        o = self.options
         s, stats = ppo_clipped_surrogate(logprobs, batch.old_logprobs, advantages, batch.action_mask,
-                                         clip_eps=o.get("clip_eps", 0.2))
-        if o.get("kl_coef", 0.0) > 0 and ref_logprobs is not None:
-            kl = kl_estimate(logprobs, ref_logprobs, kind=o.get("kl_kind", "k3"), action_mask=batch.action_mask)
-            s = s - o["kl_coef"] * kl
-            stats["kl_reference"] = (kl * batch.action_mask).sum().detach() / batch.action_mask.sum().clamp(min=1)
+                                         clip_eps=self.clip_eps)
+        if self.kl_coef > 0 and ref_logprobs is not None:
+            kl = kl_estimate(logprobs, ref_logprobs, kind=self.kl_kind, action_mask=batch.action_mask)
+            s = s - self.kl_coef * kl
         return s, stats
 
     def describe(self):
-        o = self.options
-        kl = (f"minus {o.get('kl_coef')} * KL_{o.get('kl_kind', 'k3')}(pi || pi_ref) per token, pi_ref = frozen "
-              "initial policy" if o.get("kl_coef", 0.0) > 0 else "no KL penalty")
+        kl = (f"minus {self.kl_coef} * KL_{self.kl_kind}(pi || pi_ref) per token, pi_ref = frozen policy when RL "
+              "starts" if self.kl_coef > 0 else "no KL penalty")
         return (f"PPO: A_i = R_i - mean_group R (group_size G = {self.group_size}, contiguous rows; no critic); "
                 f"rho_ij = exp(log pi(x_ij) - log mu(x_ij)) with mu the behaviour log-probs recorded at sampling; "
-                f"s_ij = min(rho A_i, clip(rho, 1-{o.get('clip_eps', 0.2)}, 1+{o.get('clip_eps', 0.2)}) A_i) {kl}; "
-                f"{self.epochs} epochs x {o.get('minibatches', 1)} minibatches per rollout batch; "
-                f"{self._normaliser()}; {self._MASK}")
+                f"s_ij = min(rho A_i, clip(rho, 1-{self.clip_eps}, 1+{self.clip_eps}) A_i) {kl}; "
+                f"{self.epochs} epochs x {self.minibatches} minibatches per rollout batch; "
+                f"{self._normaliser()}; {_MASK}")
 
 
+@register
+@dataclass
 class SFT(Algorithm):
     """Supervised fine-tuning on the planner's demonstrations (the cold start): maximise log pi of each
     demonstrated action token."""
+
+    name: ClassVar[str] = "sft"
+    default_objective: ClassVar[str] = "token_mean"
+    uses_rollouts: ClassVar[bool] = False
 
     def advantages(self, batch, state):
         return torch.ones(len(batch), device=batch.input_ids.device)
 
     def describe(self):
         return (f"SFT: s_ij = log pi(x_ij) on the planner's demonstrated action tokens (weight 1); "
-                f"{self._normaliser()}; {self._MASK}")
+                f"{self._normaliser()}; {_MASK}")
 
 
-_CLASSES = {"reinforce": Reinforce, "rloo": RLOO, "grpo": GRPO, "dr_grpo": DrGRPO, "rest_em": RestEM,
-            "ppo": PPO, "sft": SFT}
+ALGORITHMS = tuple(_REGISTRY)
+RL_ALGORITHMS = tuple(n for n, c in _REGISTRY.items() if c.uses_rollouts)
 #: Each algorithm's normalisation (the lecture's and the papers' choices).
-DEFAULT_OBJECTIVE = {"reinforce": "constant", "rloo": "constant", "grpo": "seq_mean_token_mean",
-                     "dr_grpo": "constant", "rest_em": "token_mean", "ppo": "constant", "sft": "token_mean"}
+DEFAULT_OBJECTIVE = {n: c.default_objective for n, c in _REGISTRY.items()}
+
+
+def options_of(name: str) -> tuple[str, ...]:
+    """The settings algorithm ``name`` accepts (its own dataclass fields)."""
+    base = {f.name for f in fields(Algorithm)}
+    return tuple(f.name for f in fields(_REGISTRY[name]) if f.name not in base)
 
 
 def make_algorithm(name: str, *, group_size: int, max_tokens: int, objective: str | None = None,
-                   epochs: int = 1, **options: Any) -> Algorithm:
-    """Build the algorithm called ``name`` (one of :data:`ALGORITHMS`)."""
-    if name not in _CLASSES:
-        raise ValueError(f"algo must be one of {ALGORITHMS}, got {name!r}")
-    return _CLASSES[name](name=name, group_size=group_size, objective=objective or DEFAULT_OBJECTIVE[name],
-                          max_tokens=max_tokens, epochs=epochs, uses_rollouts=name != "sft", options=options)
+                   **options: Any) -> Algorithm:
+    """Build the algorithm called ``name`` (one of :data:`ALGORITHMS`) with its own ``options``."""
+    if name not in _REGISTRY:
+        raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {name!r}")
+    unknown = sorted(set(options) - set(options_of(name)))
+    if unknown:
+        raise ValueError(f"algo {name!r} has no option {unknown[0]!r}; its options are {list(options_of(name))}")
+    return _REGISTRY[name](group_size=group_size, max_tokens=max_tokens, objective=objective, **options)

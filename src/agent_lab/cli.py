@@ -1,9 +1,16 @@
-"""Command line: ``agent-lab tour`` (and, from the trainer, ``train`` and ``eval``)."""
+"""Command line: ``agent-lab tour | train | recipes | eval``.
+
+``agent-lab train`` with no options runs the default recipe for its environment (number search: an SFT cold
+start, then Dr.GRPO, stopping at the planner's optimum; ``--env crafting``: the quick crafting recipe).
+``--recipe NAME`` picks another (``agent-lab recipes`` lists them); every other flag overrides one setting of it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from typing import Any
 
 
 def tour() -> None:
@@ -24,50 +31,66 @@ def tour() -> None:
         ("agent_lab.policy", "tokenizer and the tiny transformer with a KV cache"),
         ("agent_lab.rollout", "batched multi-turn sampling with behaviour log-probabilities"),
         ("agent_lab.estimators", "returns, baselines, advantages, losses, aggregation, diagnostics"),
-        ("agent_lab.trainer", "REINFORCE, RLOO, GRPO, Dr.GRPO, ReST-EM, PPO, SFT"),
+        ("agent_lab.algorithms", "REINFORCE, RLOO, GRPO, Dr.GRPO, ReST-EM, PPO, SFT"),
+        ("agent_lab.update", "the loss of a batch, its statistics, micro-batched optimizer steps"),
+        ("agent_lab.trainer", "the SFT and RL loops (train_sft, train_rl, train)"),
         ("agent_lab.evaluation", "frozen-checkpoint evaluation against the planner's optimum"),
     ]:
         print(f"  {mod:<22} {what}")
-    print("\nNext: `make book` (read), assignments/ (do), `make grade SUBMISSIONS=dir` (grade).")
+    print("\nNext: `agent-lab train` (train), `make book` (read), assignments/ (do), `make grade SUBMISSIONS=dir`.")
 
 
-_OPTIONAL_TYPES = {"sft_lr": float, "objective": str, "run_dir": str, "stop_after": int, "time_limit_s": float}
+#: Flag help for the settings a first run is most likely to change.
 _HELP = {
-    "env": "environment name (agent_lab.envs.ENV_NAMES)", "algo": "reinforce | rloo | grpo | dr_grpo | rest_em | ppo | sft",
+    "algo": "reinforce | rloo | grpo | dr_grpo | rest_em | ppo (sft: supervised steps only)",
     "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",
     "batch_size": "episodes per RL step", "group_size": "samples per task (contiguous groups)",
+    "candidate_mask": "sample only actions the environment allows (the structured action mask)",
     "device": "auto | cuda | mps | cpu", "stop_at_optimum": "stop once greedy success reaches the planner's optimum",
+    "micro_batch_size": "episodes per forward/backward (0: the whole batch); the gradient does not change",
 }
+_TYPES = {"sft_lr": float, "objective": str, "run_dir": str, "time_limit_s": float, "max_len": int}
+_GROUP_TITLES = {"model": "model", "sampling": "sampling (the behaviour policy)", "sft": "SFT cold start",
+                 "algorithm": "algorithm (RL phase)", "optimizer": "optimizer", "evaluation": "evaluation",
+                 "run": "run", "plugins": "the labs' experiments (agent_lab.plugins)"}
+
+
+def _flat_defaults() -> dict[str, tuple[str, Any]]:
+    """Every flat setting: name -> (section it belongs to, TrainConfig's default)."""
+    from agent_lab.config import FLAT, OPTION_OF, PLUGIN_OF, TrainConfig
+
+    base = TrainConfig().to_dict()
+    out = {k: (sec, base[sec][name]) for k, (sec, name) in FLAT.items()}
+    out.update({k: ("algorithm", default) for k, (_, _, default) in OPTION_OF.items()})
+    out.update({k: ("plugins", default) for k, (_, _, default) in PLUGIN_OF.items()})
+    return out
+
+
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    """``--recipe``, then one flag per flat setting (``--batch-size``), grouped by section. Only the flags given
+    reach the configuration (argparse.SUPPRESS), so each overrides the recipe's value."""
+    p.add_argument("--recipe", default=None, help="a named recipe (agent-lab recipes); default: the environment's")
+    p.add_argument("--env", default=argparse.SUPPRESS, help="environment name (default: number-search)")
+    p.add_argument("--env-option", dest="env_options", action="append", default=argparse.SUPPRESS,
+                   metavar="KEY=VALUE", help="environment option, e.g. --env-option n=16 (repeatable; JSON values)")
+    p.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="the seed of every random stream")
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for name, (section, default) in _flat_defaults().items():
+        group = groups.setdefault(section, p.add_argument_group(_GROUP_TITLES[section]))
+        flag, what = "--" + name.replace("_", "-"), _HELP.get(name, name.replace("_", " "))
+        if isinstance(default, bool):
+            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                               help=f"{what} (TrainConfig default: {default})")
+        else:
+            group.add_argument(flag, dest=name, type=_TYPES.get(name, type(default)), default=argparse.SUPPRESS,
+                               help=f"{what} (TrainConfig default: {default})")
 
 
 def _parse_value(text: str):
-    import json
-
     try:
         return json.loads(text)
     except ValueError:
         return text
-
-
-def _add_train_args(p: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field (``--batch-size``), defaults taken from the dataclass."""
-    from dataclasses import MISSING, fields
-
-    from agent_lab.trainer import TrainConfig
-
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not MISSING else None
-        if f.name == "env_options":
-            p.add_argument("--env-option", dest="env_options", action="append", default=[], metavar="KEY=VALUE",
-                           help="environment option, e.g. --env-option n=16 (repeatable; values parsed as JSON)")
-        elif isinstance(default, bool):
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default,
-                           help=_HELP.get(f.name, f.name.replace("_", " ")))
-        else:
-            typ = _OPTIONAL_TYPES.get(f.name, type(default))
-            p.add_argument(flag, dest=f.name, type=typ, default=default,
-                           help=f"{_HELP.get(f.name, f.name.replace('_', ' '))} (default: {default})")
 
 
 def _env_options(items: list[str]) -> dict:
@@ -81,43 +104,72 @@ def _env_options(items: list[str]) -> dict:
     return opts
 
 
+def train_config(args: argparse.Namespace):
+    """The run's configuration: the recipe (given, or the environment's default), then each given flag."""
+    from agent_lab.recipes import default_recipe, recipe
+
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "recipe", "quiet")}
+    name = args.recipe or default_recipe(given.get("env", "number-search"))
+    if "env_options" in given:
+        given["env_options"] = {**recipe(name).env_options, **_env_options(given["env_options"])}
+    return name, recipe(name, **given)
+
+
 def _train(args: argparse.Namespace) -> int:
-    from dataclasses import fields
+    from agent_lab.diagnostics import next_steps, summary_table
+    from agent_lab.trainer import train
 
-    from agent_lab.diagnostics import summary_table
-    from agent_lab.trainer import TrainConfig, train
-
-    kw = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    kw["env_options"] = _env_options(kw["env_options"])
-    result = train(TrainConfig(**kw), progress=not args.quiet)
-    rep = result.final_eval
-    reached = result.reached_optimum_at
+    name, cfg = train_config(args)
+    result = train(cfg, progress=not args.quiet)
+    rep, reached = result.final_eval, result.reached_optimum_at
     row = {
-        "env": kw["env"], "algo": kw["algo"], "seed": kw["seed"], "steps": len(result.history),
-        "episodes": result.episodes, "seconds": round(result.seconds, 1),
+        "recipe": name, "env": cfg.env, "algo": cfg.algorithm.name if cfg.algorithm.steps else "sft",
+        "seed": cfg.seed, "steps": len(result.history), "episodes": result.episodes,
+        "seconds": round(result.seconds, 1),
         "greedy success": f"{rep.success:.3f} [{rep.ci_low:.3f}, {rep.ci_high:.3f}]",
         "planner": f"{rep.optimum:.3f}", "gap": f"{rep.gap:+.3f}",
         "optimum reached": f"step {reached['step']} ({reached['seconds']:.1f} s)" if reached else "no",
     }
     print()
     print(summary_table([row], list(row)))
-    print(f"run directory: {result.run_dir}")
+    for line in next_steps(result, name):
+        print(line)
+    print(f"run directory: {result.run_dir}  (config.json, loss.txt, metrics.jsonl/csv, curves.png, "
+          "checkpoint.pt, final_eval.json)")
+    return 0
+
+
+def _recipes(args: argparse.Namespace) -> int:
+    from agent_lab.recipes import DEFAULT_FOR_ENV, RECIPES, measured
+
+    seen = measured()
+    defaults = {v: k for k, v in DEFAULT_FOR_ENV.items()}
+    for r in RECIPES.values():
+        mark = f"  (default for --env {defaults[r.name]})" if r.name in defaults else ""
+        print(f"{r.name}{mark}\n    {r.purpose}")
+        m = seen.get(r.name)
+        if m is not None:
+            print(f"    measured by make bench ({m.get('date')}, {m.get('machine')}): {m.get('summary')}")
+        elif r.bench:
+            print("    not measured on this machine yet: run make bench")
+    print("\nagent-lab train --recipe NAME [flags]: every flag overrides one setting of the recipe")
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from agent_lab.config import TrainConfig
     from agent_lab.envs import make_env
     from agent_lab.evaluation import evaluate, load_checkpoint
 
     policy, tok, state = load_checkpoint(args.checkpoint, "cpu")
-    cfg = state.get("config", {})
-    env_name = args.env or cfg.get("env")
+    saved = TrainConfig.from_dict(state["config"]) if state.get("config") else None
+    env_name = args.env or (saved.env if saved else None)
     if env_name is None:
         raise ValueError("--env is required: the checkpoint does not record its environment")
-    same_env = env_name == cfg.get("env")
+    same_env = saved is not None and env_name == saved.env
     # the checkpoint's environment and mask unless told otherwise: a policy is evaluated as it was trained
-    opts = {**(cfg.get("env_options", {}) if same_env else {}), **_env_options(args.env_options)}
-    masked = args.mask if args.mask is not None else bool(same_env and cfg.get("candidate_mask"))
+    opts = {**(saved.env_options if same_env else {}), **_env_options(args.env_options)}
+    masked = args.mask if args.mask is not None else bool(same_env and saved.sampling.candidate_mask)
     if masked:
         opts["mask_actions"] = True
     env = make_env(env_name, **opts)
@@ -131,9 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("tour", help="print a short tour of the package")
-    pt = sub.add_parser("train", help="train a policy from scratch (see agent_lab.trainer.TrainConfig)")
+    pt = sub.add_parser("train", help="train a policy from scratch (default: the environment's recipe)")
     _add_train_args(pt)
-    pt.add_argument("--quiet", action="store_true", help="no progress bar or loss description")
+    pt.add_argument("--quiet", action="store_true", help="no progress or loss description")
+    sub.add_parser("recipes", help="list the named recipes, their purpose and their measured results")
     pe = sub.add_parser("eval", help="evaluate a frozen checkpoint on held-out tasks")
     pe.add_argument("checkpoint", help="checkpoint.pt or the run directory holding it")
     pe.add_argument("--env", default=None, help="environment (default: the one the checkpoint was trained on)")
@@ -151,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         tour()
         return 0
     try:
-        return _train(args) if args.command == "train" else _eval(args)
+        return {"train": _train, "recipes": _recipes, "eval": _eval}[args.command](args)
     except ValueError as e:  # bad configuration: one clear line, no traceback
         print(f"agent-lab {args.command}: error: {e}", file=sys.stderr)
         return 2

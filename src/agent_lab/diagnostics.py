@@ -1,7 +1,9 @@
-"""Per-step training diagnostics: JSONL and CSV files and a PNG of curves (seed 004 §17).
+"""Per-step training diagnostics: JSONL and CSV files, a PNG of curves, the progress of a run and what to try
+when it ends below the optimum (book/part2/08_diagnostics.md; foundations chapter section 17, "Estimator
+diagnostics").
 
-Book chapter "Estimator diagnostics". The trainer computes the numbers (with the estimator library);
-this module only stores and draws them. Every row is a flat dict of floats plus ``step`` and ``phase``.
+The trainer computes the numbers (:mod:`agent_lab.update` defines each one); this module only stores, draws
+and reads them. Every row is a flat dict of floats plus ``step`` and ``phase``.
 """
 
 from __future__ import annotations
@@ -9,24 +11,49 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
-#: The curves drawn by :func:`plot_curves`, in panel order: (title, keys).
-PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("success", ("success", "eval_success", "optimum")),
-    ("reward", ("reward_mean",)),
-    ("degenerate groups", ("degenerate_fraction",)),
-    ("entropy / token", ("entropy",)),
-    ("approx. KL", ("kl_behaviour", "kl_reference")),
-    ("clip fraction", ("clip_fraction",)),
-    ("ratio", ("ratio_mean", "ratio_max")),
-    ("grad norm", ("grad_norm_before", "grad_norm_after")),
-    ("ESS / B", ("ess_fraction",)),
-    ("episode length", ("episode_turns", "action_tokens")),
-    ("loss", ("loss",)),
-    ("seconds", ("elapsed_s",)),
+@dataclass(frozen=True)
+class Panel:
+    """One panel of ``curves.png``: its keys, y label and scale. ``low``/``high`` fix the y range where the
+    quantity has a natural one (a share lies in [0, 1]; a KL starts at 0); ``span`` is the least range shown
+    above ``low`` (or around ``centre``), so a curve that is constant by construction (an on-policy ratio of 1,
+    a KL of 1e-14) is drawn flat on a meaningful scale instead of as magnified rounding noise."""
+
+    title: str
+    keys: tuple[str, ...]
+    ylabel: str
+    low: float | None = None
+    high: float | None = None
+    span: float | None = None
+    centre: float | None = None
+
+
+#: The curves drawn by :func:`plot_curves`, in panel order (keys: book/part2/08_diagnostics.md, agent_lab.update).
+PANELS: tuple[Panel, ...] = (
+    Panel("success", ("success", "eval_success", "optimum"), "share of episodes", 0.0, 1.02),
+    Panel("reward", ("reward_mean",), "mean return"),
+    Panel("degenerate groups", ("degenerate_fraction",), "share of groups", 0.0, 1.02),
+    Panel("entropy", ("entropy",), "nats per action token", 0.0),
+    Panel("KL", ("kl_mu_pi_k3_on_mu", "kl_pi_ref_k3_on_mu"), "nats per token", 0.0, span=1e-2),
+    Panel("clip fraction", ("clip_fraction", "clip_frac_pos", "clip_frac_neg"), "share of tokens", 0.0, span=0.1),
+    Panel("importance ratio", ("ratio_mean", "ratio_max", "ratio_min"), "pi / mu per token", 0.0, span=0.4,
+          centre=1.0),
+    Panel("gradient norm", ("grad_norm_before", "grad_norm_after"), "L2 norm", 0.0),
+    Panel("ESS / B", ("ess_fraction",), "share of the batch", 0.0, 1.02),
+    Panel("sampler vs trainer", ("logprob_gap_max", "logprob_gap_mean"), "|log mu - log pi|", 0.0, span=1e-3),
+    Panel("episode length", ("episode_turns", "action_tokens"), "turns / tokens", 0.0),
+    Panel("loss", ("loss",), "loss"),
+    Panel("seconds", ("elapsed_s",), "seconds since start", 0.0),
 )
+#: Legend labels: the direction and sampling distribution of each KL, in symbols.
+LABELS = {"kl_mu_pi_k3_on_mu": "KL(mu||pi), k3 on mu", "kl_pi_ref_k3_on_mu": "KL(pi||ref), k3 on mu",
+          "eval_success": "greedy (held out)", "success": "training batch", "optimum": "planner"}
 
 
 class MetricsWriter:
@@ -63,35 +90,123 @@ class MetricsWriter:
             w.writerows(self.rows)
 
 
-def plot_curves(history: Sequence[dict], path: str | Path, title: str = "") -> Path:
-    """Draw the :data:`PANELS` that have data in ``history`` to a PNG at ``path``; return the path."""
+class Progress:
+    """A run's progress. On a terminal: one bar updated in place (tqdm). Anywhere else (CI, a log file, a
+    notebook's captured output): one plain line every ``every_fraction`` of the steps or every ``every_s``
+    seconds, whichever comes first, and at the last step; never a carriage return."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "", enabled: bool = True,
+                 stream: TextIO | None = None, every_fraction: float = 0.1, every_s: float = 30.0):
+        self.stream = stream if stream is not None else sys.stderr
+        self.total, self.done, self.desc = total, initial, desc
+        self.enabled = enabled and total > initial
+        self.bar = None
+        if self.enabled and _is_terminal(self.stream):
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=desc, file=self.stream, leave=True)
+        self.every = max(1, math.ceil(every_fraction * total))
+        self.every_s, self.last_t = every_s, time.perf_counter()
+
+    def update(self, row: dict) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        self.last_row, self.printed = row, False
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(_figures(row))
+            return
+        now = time.perf_counter()
+        if self.done % self.every == 0 or now - self.last_t >= self.every_s or self.done == self.total:
+            self.last_t, self.printed = now, True
+            self._line(row)
+
+    def _line(self, row: dict) -> None:
+        text = " ".join(f"{k} {v}" for k, v in _figures(row).items())
+        print(f"{self.desc}: step {self.done}/{self.total} ({100 * self.done / self.total:.0f}%) {text} "
+              f"[{row.get('elapsed_s', 0.0):.0f} s]", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        """End the bar; in line mode, write the last step if the phase stopped between two lines."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self.enabled and not getattr(self, "printed", True):
+            self._line(self.last_row)
+
+
+def _figures(row: dict) -> dict[str, str]:
+    """What a progress line shows: the loss, greedy success when evaluated, and (RL) sampled success."""
+    figures = {"loss": row.get("loss"), "greedy": row.get("eval_success")}
+    if row.get("phase") != "sft":  # an SFT batch's success is the planner's, not the policy's
+        figures["sampled"] = row.get("success")
+    return {k: f"{v:.3f}" if k == "loss" else f"{v:.2f}" for k, v in figures.items() if _finite(v)}
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def curves_figure(history: Sequence[dict], title: str = ""):
+    """The :data:`PANELS` that have data in ``history``, as a matplotlib Figure (no pyplot state)."""
     # A standalone Figure (no pyplot): saving curves must not switch the caller's backend, or a notebook
     # that trains and then calls plt.show() would silently show nothing.
     from matplotlib.figure import Figure
 
-    panels = [(t, ks) for t, ks in PANELS if any(k in r and _finite(r[k]) for r in history for k in ks)]
-    n = max(len(panels), 1)
+    panels = [p for p in PANELS if any(k in r and _finite(r[k]) for r in history for k in p.keys)]
     cols = 4
-    rows = math.ceil(n / cols)
-    fig = Figure(figsize=(4 * cols, 2.6 * rows))
+    rows = max(1, math.ceil(len(panels) / cols))
+    fig = Figure(figsize=(4.2 * cols, 3.1 * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (t, ks) in zip(axes.flat, panels):
-        for k in ks:
+    for ax, panel in zip(axes.flat, panels):
+        values = []
+        for k in panel.keys:
             pts = [(r["step"], r[k]) for r in history if k in r and _finite(r[k])]
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker="." if len(pts) < 30 else None, label=k)
-        ax.set_title(t, fontsize=9)
-        ax.tick_params(labelsize=7)
-        if len(ks) > 1:
-            ax.legend(fontsize=6)
+                values += ys
+                ax.plot(xs, ys, marker="." if len(pts) < 30 else None, label=LABELS.get(k, k))
+        ax.set_ylim(*_y_range(panel, values))
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set_title(panel.title, fontsize=10, pad=16 if len(panel.keys) > 1 else 6)
+        ax.set_ylabel(panel.ylabel, fontsize=8)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=8)
+        if len(panel.keys) > 1:  # above the axes, under the title: never over a curve
+            ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=len(ax.lines), frameon=False,
+                      borderaxespad=0.1, handlelength=1.2, columnspacing=0.8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    return fig
+
+
+def _y_range(panel: Panel, values: list[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    if panel.centre is not None:  # symmetric around the centre, at least span wide
+        half = max(panel.span / 2, abs(lo - panel.centre), abs(hi - panel.centre)) * 1.05
+        bottom = panel.centre - half if panel.low is None else max(panel.low, panel.centre - half)
+        return bottom, panel.centre + half
+    low = panel.low if panel.low is not None else lo
+    high = panel.high if panel.high is not None else hi
+    if panel.high is None and panel.span is not None:
+        high = max(high, low + panel.span)
+    if high <= low:  # a constant curve with no natural scale: a small band around it
+        pad = abs(low) * 0.05 or 1.0
+        return low - pad, high + pad
+    margin = 0.0 if panel.high is not None else (high - low) * 0.05
+    return low - (margin if panel.low is None else 0.0), high + margin
+
+
+def plot_curves(history: Sequence[dict], path: str | Path, title: str = "") -> Path:
+    """Draw :func:`curves_figure` to a PNG at ``path``; return the path."""
     path = Path(path)
-    fig.savefig(path, dpi=80)
+    curves_figure(history, title).savefig(path, dpi=80)
     return path
 
 
@@ -110,3 +225,37 @@ def summary_table(rows: Sequence[dict], keys: Sequence[str]) -> str:
     out = [line, "  ".join("-" * w for w in widths)]
     out += ["  ".join(c.ljust(w) for c, w in zip(cs, widths)) for cs in cells]
     return "\n".join(out)
+
+
+def next_steps(result, recipe: str | None = None) -> list[str]:
+    """What to try when a run ended below the planner's optimum, read from its own diagnostics (empty when it
+    reached it). ``result`` is a :class:`~agent_lab.trainer.TrainResult`; ``recipe`` the recipe it ran."""
+    rep = result.final_eval
+    if rep is None or rep.success >= rep.optimum - 1e-9:
+        return []
+    cfg, hist = result.config, result.history
+    rl = [h for h in hist if h.get("phase") != "sft"][-10:]
+    tips = [f"below the planner's optimum ({rep.success:.3f} < {rep.optimum:.3f}). Likely reasons, from this run's "
+            "diagnostics:"]
+    if result.stopped == "time limit":
+        tips.append("- it stopped at its time limit: raise --time-limit-s")
+    if not rl:
+        tips.append("- imitation alone: add RL steps (--steps) or more SFT steps (--sft-steps)")
+    else:
+        equal = sum(h.get("degenerate_fraction", 0.0) for h in rl) / len(rl)
+        entropy = rl[-1].get("entropy", float("nan"))
+        success = sum(h.get("success", 0.0) for h in rl) / len(rl)
+        if equal > 0.75:
+            tips.append(f"- {equal:.0%} of the last steps' groups had all-equal rewards, so no centred advantage: "
+                        "start from an SFT cold start (--sft-steps 200) or sample larger groups (--group-size)")
+        if _finite(entropy) and entropy < 0.05:
+            tips.append(f"- entropy fell to {entropy:.3f} nats per action token: the policy stopped exploring; add "
+                        "an entropy bonus (--entropy-coef 0.03) or lower --lr")
+        if cfg is not None and not cfg.sampling.candidate_mask and success < 0.2:
+            tips.append(f"- only {success:.0%} of the sampled episodes succeeded: sample with the candidate mask "
+                        "(--candidate-mask)")
+        if len(tips) == 1:
+            tips.append(f"- still improving? train longer (--steps {2 * cfg.algorithm.steps if cfg else 'more'})")
+    if recipe != "number-search" and cfg is not None and cfg.env == "number-search":
+        tips.append("the recipe that reaches the optimum in seconds: agent-lab train --recipe number-search")
+    return tips

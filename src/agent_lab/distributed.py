@@ -1,4 +1,5 @@
-"""The dozen lines of torchrun/DDP support (book chapter "Scaling out"; seed 004 §13, §19).
+"""The dozen lines of torchrun/DDP support (book/part2/05_loss_normalisation.md; foundations chapter section 13,
+"Loss normalization and length bias").
 
 Under ``torchrun --nproc_per_node N`` each process reads ``RANK``/``WORLD_SIZE`` from the environment,
 joins a process group (gloo on CPU, nccl on CUDA) and trains on its own contiguous share of every batch.

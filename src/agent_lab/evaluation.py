@@ -1,4 +1,4 @@
-"""Frozen-checkpoint evaluation on held-out tasks (book chapter "Evaluating an agent").
+"""Frozen-checkpoint evaluation on held-out tasks (book/part3/00_number_search.md).
 
 Evaluation is separate from training: it loads a checkpoint (or takes a policy and copies nothing into
 it), runs without gradients under a declared decoding ("greedy" or "sampled" with a temperature), and
@@ -89,10 +89,21 @@ def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tup
     if not path.exists():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
     state = torch.load(path, map_location=device, weights_only=False)
-    policy = TinyTransformer(ModelConfig(**state["model_config"])).to(device)
+    policy = TinyTransformer(model_config(state)).to(device)
     policy.load_state_dict(state["model"])
     policy.eval()
     return policy, WordTokenizer.from_state_dict(state["tokenizer"]), state
+
+
+def model_config(state: dict) -> ModelConfig:
+    """The policy's :class:`ModelConfig` saved in a checkpoint. Checkpoints written before the goal-tree probe was
+    removed carry ``probe=False, probe_layer=None``, which load; one with a probe is refused, naming why."""
+    saved = dict(state["model_config"])
+    probe, probe_layer = saved.pop("probe", False), saved.pop("probe_layer", None)
+    if probe or probe_layer is not None:
+        raise ValueError("this checkpoint's policy has a goal-tree probe head, which was removed; retrain it or load "
+                         "it with agent-lab 6a78790")
+    return ModelConfig(**saved)
 
 
 def _task_group(task: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Batched multi-turn rollouts with a KV cache (book chapter "Rollouts and the tensor contract", seed 004 §9, §18).
+"""Batched multi-turn rollouts with a KV cache (book/part2/09_tensor_contract.md; foundations chapter sections 9,
+"Importance sampling and policy versions", and 18, "Tensor contract for an implementation").
 
 ``B`` episodes advance together, turn by turn:
 
@@ -12,12 +13,13 @@ Behaviour log-probabilities are recorded at the moment a token is sampled, under
 actually drawn from (structural masks, temperature, top-p); they are never recomputed from decoded text.
 The set of tokens that were allowed at each action position is kept too (``allowed_tokens``), so the
 trainer can evaluate the current policy under exactly the same masks and the importance ratio is exactly
-one while the weights have not changed (seed 004 §19).
+one while the weights have not changed (foundations chapter section 19, "Invariants worth testing";
+book/part2/10_invariants.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -101,7 +103,8 @@ def sample_tokens(
 # ----------------------------------------------------------------------------- the batch
 @dataclass
 class RolloutBatch:
-    """One batch of finished episodes in the tensor contract (seed 004 §18). ``L`` tokens, ``T`` turns, ``V`` vocab.
+    """One batch of finished episodes in the tensor contract (book/part2/09_tensor_contract.md). ``L`` tokens,
+    ``T`` turns, ``V`` vocab.
 
     ``action_mask[b, j]`` is True when target ``input_ids[b, j+1]`` was sampled by the policy (action words
     and the newline ending each action); ``old_logprobs``/``turn_ids``/``allowed_tokens`` align with the same
@@ -125,6 +128,7 @@ class RolloutBatch:
     episode_logs: list = field(default_factory=list)
     texts: list = field(default_factory=list)
     temperature: float = 1.0
+    top_p: float = 1.0
 
     _TENSORS = (
         "input_ids", "attention_mask", "action_mask", "old_logprobs", "turn_ids", "allowed_tokens",
@@ -187,7 +191,7 @@ class RolloutBatch:
             out[n] = torch.cat([getattr(b, n) for b in batches])
         for n in ("tasks", "episode_logs", "texts"):
             out[n] = [x for b in batches for x in getattr(b, n)]
-        out["temperature"] = batches[0].temperature
+        out["temperature"], out["top_p"] = batches[0].temperature, batches[0].top_p
         return RolloutBatch(**out)
 
 
@@ -286,69 +290,86 @@ def collect_rollouts(
     sampling = sampling or SamplingConfig()
     if len(tasks) == 0:
         raise ValueError("tasks must be a non-empty list, got 0 tasks")
-    device = policy.tok_emb.weight.device
     was_training = policy.training
     policy.eval()
-    tok, B = tokenizer, len(tasks)
-    max_turns, max_words = int(env.max_turns), int(env.max_action_words)
-    constraint = _ActionConstraint(tok, max_words, device)
-    amp = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else _null()
+    try:
+        rollout = _Rollout(policy, tokenizer, env, tasks, sampling, generator, use_cache, autocast_dtype)
+        for t in range(rollout.max_turns):
+            logits = rollout.ingest()  # 1. the pending environment text of every live row
+            actions = rollout.act(t, logits)  # 2. sample each live row's action
+            rollout.observe(t, actions)  # 3. the environment steps every live row
+            if not bool(rollout.live.any()):
+                break
+        rollout.ingest(run_model=False)  # the newline closing each final action
+        return rollout.batch(tasks, policy_version)
+    finally:
+        if was_training:
+            policy.train()
 
-    prompts = env.reset(tasks)
-    live = torch.ones(B, dtype=torch.bool)
-    pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
-    # The context window: a turn needs room for its observation, max_words action words and their newline.
-    max_len = int(policy.cfg.max_len)
-    longest = max(len(p) for p in pending)
-    if longest + max_words + 1 > max_len:
-        raise ValueError(f"a prompt of {longest} tokens leaves no room for an action within the policy's max_len="
-                         f"{max_len}; train a policy with a larger max_len (TrainConfig.max_len)")
-    # pending policy token (the newline that closed the last action) with its log-prob, turn and mask
-    pending_meta: list[list[tuple[float, int, torch.Tensor | None]]] = [[(0.0, -1, None)] * len(x) for x in pending]
-    rewards = torch.zeros(B, max_turns)
-    turn_mask = torch.zeros(B, max_turns, dtype=torch.bool)
-    success = torch.zeros(B, dtype=torch.bool)
-    truncated = torch.zeros(B, dtype=torch.bool)
-    logs: list[list[dict]] = [[] for _ in range(B)]
 
-    # slot-major records, concatenated along slots at the end: ids, valid, action?, logprob, turn, allowed
-    rec_ids, rec_valid, rec_act, rec_lp, rec_turn, rec_allowed = [], [], [], [], [], []
-    V = len(tok)
-    all_true = torch.ones(V, dtype=torch.bool, device=device)
-    cache = policy.new_cache(B, capacity=64) if use_cache else None
-    n_pos = torch.zeros(B, dtype=torch.long, device=device)  # real tokens fed so far per row
+class _Rollout:
+    """The state of one batched rollout, advanced by :func:`collect_rollouts` in its three phases.
 
-    def feed(ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Feed ``ids [B, k]`` (``valid [B, k]``); return logits ``[B, k, V]`` for the new slots."""
-        nonlocal n_pos
-        k = ids.shape[1]
-        pos = n_pos[:, None] + valid.long().cumsum(1) - 1
-        with amp:
-            if use_cache:
-                logits = policy.step(ids, valid, cache, pos)
+    Everything fed to the model is kept slot-major in one record buffer (ids, valid, action?, log-prob, turn,
+    allowed tokens per chunk of slots); :func:`_compact` turns it into the tensor contract at the end. Each
+    row's ``pending`` tokens (the newline ending its last action, then its next observation) wait there, with
+    their metadata, until the next ingest.
+    """
+
+    def __init__(self, policy, tok, env, tasks, sampling, generator, use_cache, autocast_dtype):
+        self.policy, self.tok, self.env, self.sampling, self.generator = policy, tok, env, sampling, generator
+        self.use_cache, self.device = use_cache, policy.tok_emb.weight.device
+        self.B, self.V = len(tasks), len(tok)
+        self.max_turns, self.max_words = int(env.max_turns), int(env.max_action_words)
+        self.max_len = int(policy.cfg.max_len)
+        self.constraint = _ActionConstraint(tok, self.max_words, self.device)
+        self.amp = (torch.autocast(self.device.type, dtype=autocast_dtype) if autocast_dtype is not None
+                    else contextlib.nullcontext())
+        prompts = env.reset(tasks)
+        self.pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
+        # The context window: a turn needs room for its observation, max_words action words and their newline.
+        longest = max(len(p) for p in self.pending)
+        if longest + self.max_words + 1 > self.max_len:
+            raise ValueError(f"a prompt of {longest} tokens leaves no room for an action within the policy's "
+                             f"max_len={self.max_len}; train a policy with a larger max_len (model.max_len)")
+        # per pending token: (log-prob, turn, allowed mask) if the policy sampled it (an action's newline), else None
+        self.pending_meta: list[list[tuple | None]] = [[None] * len(x) for x in self.pending]
+        self.live = torch.ones(self.B, dtype=torch.bool)
+        self.rewards = torch.zeros(self.B, self.max_turns)
+        self.turn_mask = torch.zeros(self.B, self.max_turns, dtype=torch.bool)
+        self.success = torch.zeros(self.B, dtype=torch.bool)
+        self.truncated = torch.zeros(self.B, dtype=torch.bool)
+        self.records: list[tuple[torch.Tensor, ...]] = []  # per chunk: ids, valid, action, logprob, turn, allowed
+        self.all_true = torch.ones(self.V, dtype=torch.bool, device=self.device)
+        self.cache = policy.new_cache(self.B, capacity=64) if use_cache else None
+        self.n_pos = torch.zeros(self.B, dtype=torch.long, device=self.device)  # real tokens fed so far per row
+
+    def _feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Feed ``ids [B, k]`` (``valid [B, k]``); return float32 logits ``[B, k, V]`` for the new slots."""
+        pos = self.n_pos[:, None] + valid.long().cumsum(1) - 1
+        with self.amp:
+            if self.use_cache:
+                logits = self.policy.step(ids, valid, self.cache, pos)
             else:  # reference path: rebuild the compacted prefix and run the full model
-                logits = _recompute_logits(policy, rec_ids, rec_valid, valid)
-        n_pos = n_pos + valid.long().sum(1)
+                logits = _recompute_logits(self.policy, self.records, valid)
+        self.n_pos = self.n_pos + valid.long().sum(1)
         return logits.float()
 
-    def record(ids, valid, act, lp, turn, allowed):
-        rec_ids.append(ids), rec_valid.append(valid), rec_act.append(act)
-        rec_lp.append(lp), rec_turn.append(turn), rec_allowed.append(allowed)
-
-    def flush_pending(run_model: bool) -> torch.Tensor | None:
-        """Feed each row's pending tokens as one right-padded chunk; logits at each row's last token."""
-        k = max((len(p) for p in pending), default=0)
+    def ingest(self, run_model: bool = True) -> torch.Tensor | None:
+        """Phase 1: feed each row's pending tokens as one right-padded chunk; logits ``[B, V]`` at each row's end."""
+        B, V, tok, device = self.B, self.V, self.tok, self.device
+        k = max((len(p) for p in self.pending), default=0)
         if k == 0:
             return None
-        lens = [len(p) for p in pending]
-        ids = torch.tensor([p + [tok.pad_id] * (k - len(p)) for p in pending], dtype=torch.long)
+        lens = [len(p) for p in self.pending]
+        ids = torch.tensor([p + [tok.pad_id] * (k - len(p)) for p in self.pending], dtype=torch.long)
         valid = torch.arange(k)[None] < torch.tensor(lens)[:, None]
         act = torch.zeros(B, k, dtype=torch.bool)
         lp = torch.zeros(B, k)
         turn = torch.full((B, k), -1, dtype=torch.long)
-        allowed = all_true.expand(B, k, V).clone()
+        allowed = self.all_true.expand(B, k, V).clone()
         # policy tokens among the pending ones (the newline closing each action), written with index lists
-        pol = [(b, j, m) for b, metas in enumerate(pending_meta) for j, m in enumerate(metas) if m[2] is not None]
+        pol = [(b, j, m) for b, metas in enumerate(self.pending_meta) for j, m in enumerate(metas) if m is not None]
         if pol:
             bs = torch.tensor([x[0] for x in pol])
             js = torch.tensor([x[1] for x in pol])
@@ -357,31 +378,32 @@ def collect_rollouts(
             turn[bs, js] = torch.tensor([x[2][1] for x in pol])
             allowed[bs.to(device), js.to(device)] = torch.stack([x[2][2] for x in pol])
         ids, valid = ids.to(device), valid.to(device)
-        record(ids, valid, act.to(device), lp.to(device), turn.to(device), allowed)
-        lens = torch.tensor(lens, device=device)
-        for b in range(B):
-            pending[b], pending_meta[b] = [], []
+        self.records.append((ids, valid, act.to(device), lp.to(device), turn.to(device), allowed))
+        self.pending = [[] for _ in range(B)]
+        self.pending_meta = [[] for _ in range(B)]
         if not run_model:
             return None
-        logits = feed(ids, valid)
-        return logits[torch.arange(B, device=device), (lens - 1).clamp(min=0)]  # (B, V)
+        logits = self._feed(ids, valid)
+        last = (torch.tensor(lens, device=device) - 1).clamp(min=0)
+        return logits[torch.arange(B, device=device), last]  # (B, V)
 
-    for t in range(max_turns):
-        last_logits = flush_pending(run_model=True)  # (B, V): next-token distribution at each row's end
-        live_list = live.tolist()
-        cands = _env_allowed_actions(env, tok, live_list) if sampling.candidate_mask else None
-        acting = live.clone().to(device)
+    def act(self, t: int, last_logits: torch.Tensor) -> list[str]:
+        """Phase 2: every live row samples action tokens, one incremental step at a time, until its newline."""
+        B, tok, device = self.B, self.tok, self.device
+        live_list = self.live.tolist()
+        cands = _env_allowed_actions(self.env, tok, live_list) if self.sampling.candidate_mask else None
+        acting = self.live.clone().to(device)
         n_words = torch.zeros(B, dtype=torch.long, device=device)
         prefixes: list[list[int]] = [[] for _ in range(B)]
         while bool(acting.any()):
-            allowed = constraint.masks(n_words, prefixes, cands)
-            new_tok, new_lp = sample_tokens(last_logits, allowed, sampling, generator)
+            allowed = self.constraint.masks(n_words, prefixes, cands)
+            new_tok, new_lp = sample_tokens(last_logits, allowed, self.sampling, self.generator)
             is_nl = new_tok == tok.nl_id
             nl_l, lp_l, tok_l = is_nl.tolist(), new_lp.tolist(), new_tok.tolist()
             for b in acting.nonzero().squeeze(-1).tolist():
                 if nl_l[b]:  # the newline is fed with the next observation chunk
-                    pending[b].append(tok.nl_id)
-                    pending_meta[b].append((lp_l[b], t, allowed[b]))
+                    self.pending[b].append(tok.nl_id)
+                    self.pending_meta[b].append((lp_l[b], t, allowed[b]))
                 else:
                     prefixes[b].append(tok_l[b])
             words = acting & ~is_nl
@@ -389,65 +411,48 @@ def collect_rollouts(
             if not bool(words.any()):
                 break
             ids = torch.where(words, new_tok, torch.full_like(new_tok, tok.pad_id))[:, None]
-            record(ids, words[:, None], words[:, None], torch.where(words, new_lp, 0.0)[:, None],
-                   torch.where(words, t, -1)[:, None], torch.where(words[:, None], allowed, all_true)[:, None])
-            last_logits = feed(ids, words[:, None])[:, 0]
+            self.records.append((ids, words[:, None], words[:, None], torch.where(words, new_lp, 0.0)[:, None],
+                                 torch.where(words, t, -1)[:, None],
+                                 torch.where(words[:, None], allowed, self.all_true)[:, None]))
+            last_logits = self._feed(ids, words[:, None])[:, 0]
             n_words = n_words + words.long()
-        actions = [tok.decode(p) if live_list[b] else "" for b, p in enumerate(prefixes)]
-        step = env.step(actions)
-        for b in range(B):
-            if not live_list[b]:
-                continue
-            r = float(step.rewards[b])
-            rewards[b, t], turn_mask[b, t] = r, True
-            done_b, trunc_b = bool(step.done[b]), bool(step.truncated[b])
-            success[b] = bool(step.success[b])
-            info = step.info[b] if step.info is not None else None
-            logs[b].append({"turn": t, "sampled": actions[b], "observation": step.observations[b],
-                            "reward": r, "info": info})
-            obs_ids = tok.encode(step.observations[b]) + [tok.nl_id]
+        return [tok.decode(p) if live_list[b] else "" for b, p in enumerate(prefixes)]
+
+    def observe(self, t: int, actions: list[str]) -> None:
+        """Phase 3: the environment steps every live row; record rewards, end episodes, queue observations."""
+        step = self.env.step(actions)
+        for b in self.live.nonzero().squeeze(-1).tolist():
+            self.rewards[b, t], self.turn_mask[b, t] = float(step.rewards[b]), True
+            done, cut = bool(step.done[b]), bool(step.truncated[b])
+            self.success[b] = bool(step.success[b])
+            obs_ids = self.tok.encode(step.observations[b]) + [self.tok.nl_id]
             # tokens so far (fed, plus the pending newline), this observation, then the longest next action
-            full = int(n_pos[b]) + len(pending[b]) + len(obs_ids) + max_words + 1 > max_len
-            if done_b or trunc_b or t == max_turns - 1 or full:
-                live[b] = False
-                truncated[b] = trunc_b or (not done_b)
-                if full and not done_b:  # the context window is full: the episode ends here, unfinished
-                    if hasattr(env, "truncate"):  # optional in the environment contract
-                        env.truncate([b])
-                    logs[b][-1]["context_full"] = True
+            full = int(self.n_pos[b]) + len(self.pending[b]) + len(obs_ids) + self.max_words + 1 > self.max_len
+            if done or cut or t == self.max_turns - 1 or full:
+                self.live[b] = False
+                self.truncated[b] = cut or not done
+                if full and not done and hasattr(self.env, "truncate"):  # the context window is full
+                    self.env.truncate([b])  # optional in the environment contract
             else:
-                pending[b].extend(obs_ids)
-                pending_meta[b].extend([(0.0, -1, None)] * len(obs_ids))
-        if not bool(live.any()):
-            break
-    flush_pending(run_model=False)  # the newline closing each final action
+                self.pending[b].extend(obs_ids)
+                self.pending_meta[b].extend([None] * len(obs_ids))
 
-    ids = torch.cat(rec_ids, 1)
-    valid = torch.cat(rec_valid, 1)
-    batch = _compact(ids, valid, torch.cat(rec_act, 1), torch.cat(rec_lp, 1), torch.cat(rec_turn, 1),
-                     torch.cat(rec_allowed, 1), tok.pad_id)
-    n_turns = turn_mask.sum(-1)
-    if was_training:
-        policy.train()
-    input_ids = batch["input_ids"]
-    return RolloutBatch(
-        input_ids=input_ids, attention_mask=batch["attention_mask"], action_mask=batch["action_mask"],
-        old_logprobs=batch["old_logprobs"], turn_ids=batch["turn_ids"], allowed_tokens=batch["allowed_tokens"],
-        rewards=rewards.to(device), turn_mask=turn_mask.to(device), success=success.to(device),
-        episode_return=(rewards * turn_mask).sum(-1).to(device), num_turns=n_turns.to(device),
-        truncated=truncated.to(device), policy_version=torch.full((B,), int(policy_version), device=device),
-        tasks=list(tasks), episode_logs=env.episode_logs() if hasattr(env, "episode_logs") else logs,
-        texts=[tok.decode(row[m].tolist()) for row, m in zip(input_ids.cpu(), batch["attention_mask"].cpu())],
-        temperature=sampling.temperature,
-    )
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *a):
-        return False
+    def batch(self, tasks: list, policy_version: int) -> RolloutBatch:
+        """The finished episodes in the tensor contract."""
+        cols = [torch.cat([r[i] for r in self.records], 1) for i in range(6)]
+        out = _compact(*cols, self.tok.pad_id)
+        input_ids, am, device, B = out["input_ids"], out["attention_mask"], self.device, self.B
+        logs = self.env.episode_logs() if hasattr(self.env, "episode_logs") else []
+        return RolloutBatch(
+            input_ids=input_ids, attention_mask=am, action_mask=out["action_mask"],
+            old_logprobs=out["old_logprobs"], turn_ids=out["turn_ids"], allowed_tokens=out["allowed_tokens"],
+            rewards=self.rewards.to(device), turn_mask=self.turn_mask.to(device), success=self.success.to(device),
+            episode_return=(self.rewards * self.turn_mask).sum(-1).to(device),
+            num_turns=self.turn_mask.sum(-1).to(device), truncated=self.truncated.to(device),
+            policy_version=torch.full((B,), int(policy_version), device=device), tasks=list(tasks),
+            episode_logs=logs, texts=[self.tok.decode(row[m].tolist()) for row, m in zip(input_ids.cpu(), am.cpu())],
+            temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+        )
 
 
 def _compact(ids, valid, act, lp, turn, allowed, pad_id) -> dict:
@@ -471,12 +476,12 @@ def _compact(ids, valid, act, lp, turn, allowed, pad_id) -> dict:
     return out
 
 
-def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
+def _recompute_logits(policy, records: list[tuple[torch.Tensor, ...]], valid: torch.Tensor) -> torch.Tensor:
     """No-cache reference: run the full model over each row's compacted transcript so far (the records
     already end with the new chunk, whose validity is ``valid [B, k]``) and return the chunk's logits
     ``[B, k, V]`` (padding slots get the logits of the row's preceding token; they are unused)."""
-    all_ids = torch.cat(rec_ids, 1)
-    all_valid = torch.cat(rec_valid, 1)
+    all_ids = torch.cat([r[0] for r in records], 1)
+    all_valid = torch.cat([r[1] for r in records], 1)
     n = all_valid.sum(1)
     L = int(n.max())
     order = torch.argsort((~all_valid).to(torch.int8), dim=1, stable=True)[:, :L]
@@ -488,8 +493,8 @@ def _recompute_logits(policy, rec_ids, rec_valid, valid) -> torch.Tensor:
     return logits.gather(1, pos[:, :, None].expand(-1, -1, logits.shape[-1]))
 
 
-def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None, slip_prob: float = 0.0,
-                        seed_or_rng=None, policy_actions: Sequence[Sequence[str] | None] | None = None) -> RolloutBatch:
+def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None, *,
+                        demos: list | None = None, trained: list | None = None) -> RolloutBatch:
     """The planner's demonstrations for ``tasks`` as a :class:`RolloutBatch` (for SFT and ReST-style losses).
 
     Transcripts have exactly the rollout layout (``<bos> obs <nl> action <nl> obs <nl> ...``); the
@@ -497,67 +502,30 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
     own. ``allowed_tokens`` holds the same structural masks a rollout uses (no special tokens, newline
     forced after ``max_action_words`` words), so SFT fits the distribution the rollout samples from.
     ``old_logprobs`` is 0: the demonstrator is not a policy with known token probabilities.
-    With ``slip_prob > 0`` (environments with ``recovery_demonstrations``) some transcripts contain one
-    off-plan action followed by the planner's recovery; the slip's tokens stay in the transcript but out of
-    ``action_mask``, so only the recovery is imitated. ``policy_actions`` (environments with
-    ``branched_demonstrations``): per task, ``None`` or the action texts of the trained policy's own episode
-    on it; those tasks get DAgger's demonstration instead, the policy's episode up to a random turn (kept in the
-    transcript, out of ``action_mask``) and the planner's plan from there.
+    ``demos`` (default ``env.demonstrations(tasks)``): per task ``[(observation, action), ...]``, for example
+    from a demonstration source of :mod:`agent_lab.plugins`; ``trained`` flags per action whether it is
+    imitated (default all): an action flagged False stays in the transcript but out of ``action_mask``.
     """
     tok = tokenizer
     device = device or torch.device("cpu")
-    if slip_prob > 0:
-        if not hasattr(env, "recovery_demonstrations"):
-            raise ValueError(f"slip_prob > 0 needs an environment with recovery_demonstrations; {env.name} has none")
-        demos, trained = env.recovery_demonstrations(tasks, seed_or_rng, slip_prob)
-    else:
+    if demos is None:
         demos = env.demonstrations(tasks)
+    if trained is None:
         trained = [[True] * len(d) for d in demos]
-    if policy_actions is not None:
-        if not hasattr(env, "branched_demonstrations"):
-            raise ValueError(f"policy_actions needs an environment with branched_demonstrations; {env.name} has none")
-        if len(policy_actions) != len(tasks):
-            raise ValueError(f"policy_actions must hold one entry per task: {len(policy_actions)} for {len(tasks)} tasks")
-        picked = [k for k, a in enumerate(policy_actions) if a is not None]
-        if picked:
-            branched = env.branched_demonstrations([tasks[k] for k in picked], [policy_actions[k] for k in picked],
-                                                   seed_or_rng)
-            for k, d, f in zip(picked, *branched):
-                demos[k], trained[k] = d, f
+    if not len(demos) == len(trained) == len(tasks):
+        raise ValueError(f"demos and trained must hold one entry per task: {len(demos)} and {len(trained)} for "
+                         f"{len(tasks)} tasks")
     constraint = _ActionConstraint(tok, int(env.max_action_words), torch.device("cpu"))
-    env.reset(tasks)
-    T = max(len(d) for d in demos)
-    rewards = torch.zeros(len(tasks), max(T, 1))
-    turn_mask = torch.zeros(len(tasks), max(T, 1), dtype=torch.bool)
-    success = torch.zeros(len(tasks), dtype=torch.bool)
-    for t in range(T):
-        step = env.step([d[t][1] if t < len(d) else "" for d in demos])
-        for b, d in enumerate(demos):
-            if t < len(d):
-                rewards[b, t], turn_mask[b, t] = float(step.rewards[b]), True
-                success[b] = bool(step.success[b])
-    rows_ids, rows_act, rows_turn, rows_forced = [], [], [], []
-    for d, keep in zip(demos, trained):
-        ids, act, turn, forced = [tok.bos_id], [False], [-1], [False]
-        for t, (obs, action) in enumerate(d):
-            o = tok.encode(obs) + [tok.nl_id]  # the prompt, then the observation after each action
-            a = tok.encode(action) + [tok.nl_id]
-            ids += o + a
-            act += [False] * len(o) + [keep[t]] * len(a)
-            turn += [-1] * len(o) + [t if keep[t] else -1] * len(a)
-            forced += [False] * len(o) + [j >= constraint.max_words for j in range(len(a))]
-        rows_ids.append(ids), rows_act.append(act), rows_turn.append(turn), rows_forced.append(forced)
-    L = max(len(x) for x in rows_ids)
-    B = len(tasks)
+    rewards, turn_mask, success = _replay_demonstrations(env, tasks, demos)
+    rows = _demonstration_rows(tok, demos, trained, constraint.max_words)
+    L, B = max(len(r[0]) for r in rows), len(tasks)
 
-    def padded(rows, value, dtype):
-        return torch.tensor([r + [value] * (L - len(r)) for r in rows], dtype=dtype)
+    def padded(k, value, dtype):
+        return torch.tensor([r[k] + [value] * (L - len(r[k])) for r in rows], dtype=dtype)
 
-    input_ids = padded(rows_ids, tok.pad_id, torch.long)
-    am = padded([[True] * len(r) for r in rows_ids], False, torch.bool)
-    act_t = padded(rows_act, False, torch.bool)
-    turn_t = padded(rows_turn, -1, torch.long)
-    forced_t = padded(rows_forced, False, torch.bool)
+    input_ids = padded(0, tok.pad_id, torch.long)
+    am = torch.tensor([[j < len(r[0]) for j in range(L)] for r in rows], dtype=torch.bool)
+    act_t, turn_t, forced_t = padded(1, False, torch.bool), padded(2, -1, torch.long), padded(3, False, torch.bool)
     # the same structural masks as a rollout: no special tokens in actions, only <nl> after max_words words
     allowed_t = torch.where(act_t[:, :, None], constraint.base, True)
     allowed_t[forced_t] = constraint.only_nl
@@ -570,3 +538,35 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
         texts=[tok.decode(r[m].tolist()) for r, m in zip(input_ids, am)],
     )
     return batch.to(device)
+
+
+def _replay_demonstrations(env, tasks: list, demos: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Step ``env`` through the demonstrated actions: rewards ``[B, T]``, turn mask ``[B, T]``, success ``[B]``."""
+    env.reset(tasks)
+    T = max(len(d) for d in demos)
+    rewards = torch.zeros(len(tasks), max(T, 1))
+    turn_mask = torch.zeros(len(tasks), max(T, 1), dtype=torch.bool)
+    success = torch.zeros(len(tasks), dtype=torch.bool)
+    for t in range(T):
+        step = env.step([d[t][1] if t < len(d) else "" for d in demos])
+        for b, d in enumerate(demos):
+            if t < len(d):
+                rewards[b, t], turn_mask[b, t] = float(step.rewards[b]), True
+                success[b] = bool(step.success[b])
+    return rewards, turn_mask, success
+
+
+def _demonstration_rows(tok: WordTokenizer, demos: list, trained: list, max_words: int) -> list[tuple[list, ...]]:
+    """Per transcript: token ids, imitated?, turn id and forced-newline? of every token (unpadded lists)."""
+    rows = []
+    for d, keep in zip(demos, trained):
+        ids, act, turn, forced = [tok.bos_id], [False], [-1], [False]
+        for t, (obs, action) in enumerate(d):
+            o = tok.encode(obs) + [tok.nl_id]  # the prompt, then the observation after each action
+            a = tok.encode(action) + [tok.nl_id]
+            ids += o + a
+            act += [False] * len(o) + [keep[t]] * len(a)
+            turn += [-1] * len(o) + [t if keep[t] else -1] * len(a)
+            forced += [False] * len(o) + [j >= max_words for j in range(len(a))]
+        rows.append((ids, act, turn, forced))
+    return rows

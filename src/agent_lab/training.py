@@ -2,8 +2,9 @@
 
 These four functions are the scalar, one-trajectory-at-a-time forms used by the lecture's examples.
 The batched torch versions used by the trainer live in :mod:`agent_lab.estimators`; a test checks that
-both agree wherever both apply. Book chapters: "Baselines" (reinforce_estimate), "Reward-to-go"
-(reward_to_go), "Group-relative advantages" (centered_group_advantages, degenerate_binary_group_probability).
+both agree wherever both apply. Book: book/part1/04_baselines.md (reinforce_estimate),
+book/part1/05_reward_to_go_td_gae.md (reward_to_go), book/part1/06_group_relative_advantages.md
+(centered_group_advantages, degenerate_binary_group_probability).
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@ r"""The book's interactive widgets (ipywidgets 8), each with a static-figure fal
 Three explorers, each a small class that owns its controls and recomputes its numbers with
 ``agent_lab`` on every change:
 
-* :func:`baseline_explorer` -- the two-action example (book chapter "Baselines", ``ch-baselines``):
+* :func:`baseline_explorer` -- the two-action example (book/part1/04_baselines.md, ``ch-baselines``):
   the exact distribution, mean and variance of the one-sample REINFORCE estimate
   :math:`\hat g = (r(a) - b)\,\partial_\theta \log\pi_\theta(a)` for a baseline ``b``.
 * :func:`degenerate_group_explorer` -- groups of ``G`` binary rewards with success probability ``p``
-  (chapter "Group-relative advantages", ``ch-group-advantages``): :math:`P(\text{degenerate}) = p^G + (1-p)^G`.
+  (book/part1/06_group_relative_advantages.md, ``ch-group-advantages``): :math:`P(\text{degenerate}) = p^G + (1-p)^G`.
 * :func:`number_search_playground` -- play number search and see :math:`V^*` of the current history and
-  :math:`Q^*` of every guess (chapter "Demonstration likelihood and task reward", ``ch-demonstrations``).
+  :math:`Q^*` of every guess (book/part1/00_demonstrations_vs_reward.md, ``ch-demonstrations``).
 
 How a widget shows up (the "show" mechanism). Every explorer function takes ``mode``:
 
@@ -156,7 +156,7 @@ def _finite(name: str, value: Any) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# 1. The two-action baseline example (chapter "Baselines")
+# 1. The two-action baseline example (book/part1/04_baselines.md)
 # ----------------------------------------------------------------------------------------------
 def two_action_scores(p: float) -> tuple[float, float]:
     r"""Scores :math:`\partial_\theta \log\pi_\theta(a)` of actions A and B, by autograd, at :math:`\sigma(\theta) = p`.
@@ -183,7 +183,7 @@ def two_action_estimate_distribution(
     :func:`agent_lab.training.reinforce_estimate` (N = 1). Returns ``values`` (the estimate for A, for B),
     ``probs`` ``(p, 1-p)``, ``mean``, ``variance`` (exact, over the two outcomes), ``true_gradient``
     :math:`(r_A - r_B)\,p(1-p)` and ``optimal_baseline`` :math:`b^* = E[RZ^2]/E[Z^2]`.
-    Book chapter: "Baselines" (``ch-baselines``).
+    Book: book/part1/04_baselines.md (``ch-baselines``).
     """
     p = _probability("p", p, open_interval=True)
     b = _finite("baseline", baseline)
@@ -312,7 +312,7 @@ def baseline_explorer(
 
 
 # ----------------------------------------------------------------------------------------------
-# 2. Degenerate groups (chapter "Group-relative advantages")
+# 2. Degenerate groups (book/part1/06_group_relative_advantages.md)
 # ----------------------------------------------------------------------------------------------
 def degenerate_group_summary(p: float, group_size: int, tasks: int = 100) -> dict:
     r"""All-success, all-failure and degenerate probabilities of a group of ``group_size`` binary rewards.
@@ -320,7 +320,7 @@ def degenerate_group_summary(p: float, group_size: int, tasks: int = 100) -> dic
     :math:`P(\text{all succeed}) = p^G`, :math:`P(\text{all fail}) = (1-p)^G`, their sum from
     :func:`agent_lab.training.degenerate_binary_group_probability`; ``useful_groups`` is the expected number of
     the ``tasks`` groups with mixed rewards, :math:`\text{tasks}\,(1 - P(\text{degenerate}))`, and
-    ``rollouts`` the rollouts they cost, ``tasks * G``. Book chapter: "Group-relative advantages".
+    ``rollouts`` the rollouts they cost, ``tasks * G``. Book: book/part1/06_group_relative_advantages.md.
     """
     p = _probability("p", p)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
@@ -397,7 +397,7 @@ def degenerate_group_explorer(
 
 
 # ----------------------------------------------------------------------------------------------
-# 3. Number-search playground (chapter "Demonstration likelihood and task reward")
+# 3. Number-search playground (book/part1/00_demonstrations_vs_reward.md)
 # ----------------------------------------------------------------------------------------------
 def number_search_table(history: Sequence[tuple[int | None, str]] = (), n: int = 16, k: int = 4,
                         reward: str = "binary") -> dict:
@@ -406,7 +406,7 @@ def number_search_table(history: Sequence[tuple[int | None, str]] = (), n: int =
     Values come from :class:`agent_lab.envs.NumberSearchDP` (success probability for ``reward="binary"``,
     expected return :math:`1 - 0.05T` for ``"length"``), the hidden number being uniform on the candidates.
     Returns ``candidates`` ``(lo, hi)``, ``turn`` (guesses made), ``value``, ``q`` (dict guess -> value) and
-    ``optimal`` (the guesses attaining the maximum). Book chapter: ``ch-demonstrations``.
+    ``optimal`` (the guesses attaining the maximum). Book: book/part1/00_demonstrations_vs_reward.md (``ch-demonstrations``).
     """
     dp = _dp(n, k, reward)
     history = tuple((g, f) for g, f in history)

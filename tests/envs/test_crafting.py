@@ -397,25 +397,6 @@ def test_train_distractors_change_training_worlds_only():
         make_env("crafting", train_distractors=-1)
 
 
-def test_probe_labels_mark_the_base_items_the_goal_tree_needs():
-    from agent_lab.policy import WordTokenizer
-
-    env = make_env("crafting")
-    tok = WordTokenizer.from_env(env)
-    seen = set()
-    for world, demo in zip(env.sample_tasks(0, 30), env.demonstrations(env.sample_tasks(0, 30))):
-        prompt = demo[0][0]
-        labels = env.probe_labels(world)
-        ids = tok.encode(prompt)
-        assert len(labels) == len(ids)  # one target per prompt token
-        base_line = next(line for line in prompt.split("\n") if line.startswith("base "))
-        targeted = [(tok.decode([i]), y) for i, y in zip(ids, labels) if y >= 0]
-        assert [w for w, _ in targeted] == base_line.split()[1:]  # exactly the base line's items, in order
-        assert all(y == int(w in goal_tree(world)) for w, y in targeted)
-        seen |= {y for _, y in targeted}
-    assert seen == {0, 1}  # distractor-only base items occur, so the probe has something to tell apart
-
-
 def test_action_mask_lists_exactly_the_executable_actions():
     assert make_env("crafting").allowed_actions() is None
     env, world = small_env_and_world(mask_actions=True, max_get=2)
@@ -528,7 +509,7 @@ def test_demonstration_batch_keeps_slips_in_the_transcript_but_out_of_the_action
     tok = WordTokenizer.from_env(env)
     tasks = env.sample_tasks(4, 12)
     demos, trained = env.recovery_demonstrations(tasks, np.random.default_rng(5), 1.0)
-    batch = demonstration_batch(env, tok, tasks, slip_prob=1.0, seed_or_rng=np.random.default_rng(5))
+    batch = demonstration_batch(env, tok, tasks, demos=demos, trained=trained)
     assert bool(batch.success.all())
     for i, (demo, keep) in enumerate(zip(demos, trained)):
         imitated = [t for (_, a), k in zip(demo, keep) if k for t in tok.encode(a) + [tok.nl_id]]
@@ -596,9 +577,11 @@ def test_demonstration_batch_keeps_the_policy_actions_in_the_transcript_but_out_
     tasks = env.sample_tasks(6, 8)
     episodes = [[f"craft {t['goal']}", f"get {t['base'][-1]} 2"] for t in tasks]  # a policy's wrong first moves
     acts = [e if k % 2 else None for k, e in enumerate(episodes)]  # every other task branches from its episode
-    batch = demonstration_batch(env, tok, tasks, policy_actions=acts, seed_or_rng=np.random.default_rng(1))
     branched, keeps = env.branched_demonstrations(tasks[1::2], episodes[1::2], np.random.default_rng(1))
     plain = env.demonstrations(tasks)
+    demos = [branched[i // 2] if a is not None else plain[i] for i, a in enumerate(acts)]
+    trained = [keeps[i // 2] if a is not None else [True] * len(plain[i]) for i, a in enumerate(acts)]
+    batch = demonstration_batch(env, tok, tasks, demos=demos, trained=trained)
     assert bool(batch.success.all())
     for i in range(len(tasks)):
         demo, keep = (branched[i // 2], keeps[i // 2]) if i % 2 else (plain[i], [True] * len(plain[i]))
@@ -608,27 +591,7 @@ def test_demonstration_batch_keeps_the_policy_actions_in_the_transcript_but_out_
             assert a in batch.texts[i].replace("<nl>", "\n")
     assert any(not all(k) for k in keeps), "some branches keep policy actions"
     with pytest.raises(ValueError, match="one entry per task"):
-        demonstration_batch(env, tok, tasks, policy_actions=acts[:2])
-
-
-def test_prefix_probe_labels_ask_only_what_the_lines_so_far_show():
-    # The module docstring's world with its lines in a known order: hinge's line comes before the goal's,
-    # so hinge and scroll are not yet known to be needed there; copper's line comes after both.
-    world = {"goal": "wire", "base": ["oar", "scroll"], "budget": 9, "shown": ["hinge", "wire", "mortar", "copper"],
-             "recipes": {"hinge": {"yield": 1, "needs": {"scroll": 2}}, "wire": {"yield": 1, "needs": {"mortar": 1, "hinge": 1}},
-                         "mortar": {"yield": 2, "needs": {"oar": 2}}, "copper": {"yield": 1, "needs": {"scroll": 1}}}}
-    env = make_env("crafting")
-    prompt = env.demonstrations([world])[0][0][0]
-    words = [w for k, line in enumerate(prompt.split("\n")) for w in ["\n"] * (k > 0) + line.split()]
-    prefix, base = env.probe_labels(world, "prefix"), env.probe_labels(world)
-    assert len(prefix) == len(base) == len(words)
-    targeted = [(w, y) for w, y in zip(words, prefix) if y >= 0]
-    assert targeted == [("hinge", 0), ("scroll", 0), ("wire", 1), ("mortar", 1), ("hinge", 1), ("mortar", 1), ("oar", 1),
-                        ("copper", 0), ("scroll", 1), ("oar", 1), ("scroll", 1)]
-    # the base line's targets are the same in both scopes; counts, '=' and keywords have none
-    assert [y for y in base if y >= 0] == [1, 1] and [y for y, b in zip(prefix, base) if b >= 0] == [1, 1]
-    with pytest.raises(ValueError, match="scope"):
-        env.probe_labels(world, "all")
+        demonstration_batch(env, tok, tasks, demos=demos[:2], trained=trained[:2])
 
 
 def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
@@ -639,11 +602,5 @@ def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
         assert b[0][0] == a[0][0] + "\n" + a[0][0]  # the prompt, then the same prompt again
         assert b[1:] == a[1:]  # the same plan and the same observations after it
     assert twice.optimal_success(tasks) == 1.0
-    for task in tasks:  # the probe's targets follow the words: the base line is asked in both copies, and the
-        n = len(plain.probe_labels(task))  # second copy's recipe lines see every line of the first
-        base, prefix = twice.probe_labels(task), twice.probe_labels(task, "prefix")
-        assert base == plain.probe_labels(task) + [-1] + plain.probe_labels(task)
-        full = [y for y in prefix[n + 1:] if y >= 0]
-        assert prefix[:n] == plain.probe_labels(task, "prefix") and sum(full) >= sum(y for y in prefix[:n] if y >= 0)
     with pytest.raises(ValueError, match="reread"):
         make_env("crafting", reread="yes")

@@ -1,4 +1,5 @@
-"""Run under ``torchrun --nproc_per_node 2``: DDP gradient on two shards, then two DDP training steps.
+"""Run under ``torchrun --nproc_per_node 2``: DDP gradients on two shards (whole and in micro-batches), then two
+DDP training steps.
 
 Every rank collects the same full batch (same seed), trains on its contiguous half through DDP with the
 trainer's loss (``estimators.reduce_loss`` all-reduces the normaliser) and with the student ``loss_fn`` forms of
@@ -21,7 +22,9 @@ from agent_lab.algorithms import AlgoState, make_algorithm  # noqa: E402
 from agent_lab.envs import make_env  # noqa: E402
 from agent_lab.policy import WordTokenizer  # noqa: E402
 from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
+from agent_lab.estimators.aggregation import OBJECTIVES  # noqa: E402
 from agent_lab.trainer import TrainConfig, loss_and_stats, max_action_tokens, train  # noqa: E402
+from agent_lab.update import gradient_step  # noqa: E402
 
 
 def main(out: Path, objective: str) -> None:
@@ -40,9 +43,16 @@ def main(out: Path, objective: str) -> None:
     grads = {}
     for name, loss_fn in [("builtin", None), *STUDENT_LOSSES.items()]:
         model.zero_grad(set_to_none=True)
-        loss, _ = loss_and_stats(ddp, shard, adv[rows], algo, TrainConfig(group_size=4), loss_fn=loss_fn)
+        loss, _ = loss_and_stats(ddp, shard, adv[rows], algo, loss_fn=loss_fn)
         loss.backward()
         grads[name] = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
+    # every objective, split into uneven micro-batches (5, 5, 2 episodes) on each worker: gradients accumulate
+    # locally (no_sync) and are averaged once; the normaliser is the whole step's over both workers
+    for objective_name in OBJECTIVES:
+        algo_o = make_algorithm("grpo", group_size=4, max_tokens=max_action_tokens(env), objective=objective_name)
+        gradient_step(model, torch.optim.SGD(model.parameters(), lr=0.0), shard, adv[rows], algo_o, grad_clip=1e9,
+                      micro_batch_size=5, ddp=ddp)
+        grads[f"micro_{objective_name}"] = {k: p.grad.detach().clone() for k, p in model.named_parameters()}
     torch.save({"grads": grads, "tokens": int(shard.action_mask.sum())}, out / f"grads_rank{info.rank}.pt")
     if info.rank == 0:
         torch.save({"batch": batch, "adv": adv}, out / "batch.pt")

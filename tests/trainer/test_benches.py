@@ -31,6 +31,7 @@ def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
     for section in ("1. rollouts", "2. training step", "3. number search"):
         assert section in out
     assert res["rollout_tok_per_s"] > 0 and res["cache_speedup"] > 0
+    assert res["logprob_gap_max"] < 1e-5, "measured before any update, the sampler and the trainer agree"
 
 
 def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
@@ -49,6 +50,14 @@ def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
 
 
+def test_micro_batch_bench_measures_each_size_in_its_own_process_with_the_same_gradient(tmp_path, capsys):
+    rows = _load("bench_micro_batches").main(["--batch", "6", "--d-model", "16", "--n-layers", "1", "--sizes", "0",
+                                              "2", "--results", str(tmp_path / "m.json")])
+    assert [r["micro_batch_size"] for r in rows] == [0, 2]
+    assert all(r["peak_step_mib"] >= 0 for r in rows) and rows[1]["max_grad_difference"] < 1e-5
+    assert (tmp_path / "m.json").exists()
+
+
 def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
     res = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1"])
     assert res["rows_packed"] < res["rows_padded"] and 0 < res["real_token_share"] < 1
@@ -56,13 +65,13 @@ def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
     assert "packed" in capsys.readouterr().out
 
 
+TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, group_size=4, sft_steps=2,
+            sft_slip_from=1, sft_lr_decay_steps=1, steps=1)
+
+
 @pytest.mark.slow
-def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask(monkeypatch):
-    bench = _load("bench_trainer")
-    monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1, 1)})
-    monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
-                                            "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
-    rows = bench.crafting("quick", eval_size=3)
+def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask():
+    rows = _load("bench_trainer").crafting("crafting-quick", eval_size=3, **TINY)
     keys = {(r["policy"], r["mask"], r["split"]) for r in rows}
     assert keys == {(p, m, s) for p in ("cold start", "after Dr.GRPO") for m in (False, True)
                     for s in ("test", "held_out_goals", "deeper")}
@@ -73,31 +82,52 @@ def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask(m
 @pytest.mark.slow
 def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch, tmp_path):
     bench = _load("bench_trainer")
-    monkeypatch.setattr(bench, "CRAFTING_BUDGET", {"quick": (2, 1, 1)})
-    monkeypatch.setattr(bench, "CRAFTING", {**bench.CRAFTING, "d_model": 16, "n_layers": 1, "n_heads": 2,
-                                            "sft_batch_size": 4, "batch_size": 8, "group_size": 4})
     import agent_lab.envs
 
     made, make_env = [], agent_lab.envs.make_env
     monkeypatch.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or make_env(*a, **kw))
-    first = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path))  # the benchmark re-reads unless told not to
+    first = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # re-reads by default
     saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
-    assert saved["step"] == 3 and saved["config"]["sft_probe_weight"] == 1.0
-    assert saved["config"]["sft_probe_scope"] == "prefix" and saved["config"]["sft_probe_layer"] == 1
+    assert saved["step"] == 3 and saved["config"]["plugins"]["recovery_demonstrations"] == {"prob": 0.5, "from_step": 1}
     assert saved["config"]["env_options"]["reread"] is True
     assert made and all(kw.get("reread") is True for kw in made), "the evaluation must reread as training did"
-    again = bench.crafting("quick", eval_size=3, probe_weight=1.0, probe_scope="prefix", probe_layer=1,
-                           run_dir=str(tmp_path))  # nothing left to train
+    again = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # nothing left to train
     assert again == first
 
 
-@pytest.mark.parametrize("argv, budget, reread", [([], "quick", True), (["--full"], "full", True),
-                                                  (["--plain", "--crafting-budget", "long"], "long", False)])
-def test_trainer_bench_crafting_flags_choose_budget_and_prompt(monkeypatch, capsys, argv, budget, reread):
+@pytest.mark.parametrize("argv, name, reread", [([], "crafting-quick", True), (["--full"], "crafting-full", True),
+                                                (["--plain", "--crafting-budget", "long"], "crafting-long", False)])
+def test_trainer_bench_crafting_flags_choose_the_recipe_and_prompt(monkeypatch, capsys, tmp_path, argv, name, reread):
     bench = _load("bench_trainer")
     calls = []
-    monkeypatch.setattr(bench, "crafting", lambda mode, **kw: calls.append((mode, kw["reread"])) or [])
-    bench.main(["--only", "crafting", *argv])
-    assert calls == [(budget, reread)]
-    assert bench.CRAFTING["env_options"]["reread"] is True and budget in bench.CRAFTING_BUDGET
+    monkeypatch.setattr(bench, "crafting", lambda n, **kw: calls.append((n, kw["reread"])) or [])
+    bench.main(["--only", "crafting", "--results", str(tmp_path / "r.json"), *argv])
+    assert calls == [(name, reread)]
+
+
+def test_trainer_bench_runs_exactly_the_recipes_the_cli_lists_and_records_them(monkeypatch, capsys, tmp_path):
+    from agent_lab.cli import main as cli_main
+    from agent_lab.recipes import RECIPES
+
+    bench = _load("bench_trainer")
+    ran = []
+    monkeypatch.setattr(bench, "train", lambda cfg, progress: ran.append(cfg) or _fake_result(cfg))
+    results = tmp_path / "results.json"
+    bench.main(["--only", "number-search", "--full", "--seeds", "1", "--results", str(results)])
+    names = [r["recipe"] for r in __import__("json").loads(results.read_text())["sections"]["number-search"]["rows"]]
+    assert names == [n for n, r in RECIPES.items() if r.bench == "number-search"]
+    assert [c.to_dict() for c in ran] == [RECIPES[n].config(seed=0, time_limit_s=900.0).to_dict() for n in names]
+    monkeypatch.setattr("agent_lab.recipes.results_file", lambda: results)
+    capsys.readouterr()
+    assert cli_main(["recipes"]) == 0
+    listed = capsys.readouterr().out
+    for n in names:
+        assert f"\n{n}" in "\n" + listed and "measured by make bench" in listed
+    assert "crafting-quick" in listed and "not measured on this machine yet" in listed
+
+
+def _fake_result(cfg):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(reached_optimum_at={"step": 5, "seconds": 1.5, "episodes": 1280}, seconds=2.0,
+                           final_eval=SimpleNamespace(success=15 / 16))

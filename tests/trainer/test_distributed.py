@@ -1,6 +1,7 @@
 """Two CPU processes under torchrun (gloo): the DDP gradient equals the single-process gradient on the
-concatenated batch, because the loss normaliser is summed over workers (seed 004 §13, §19); also for a
-student ``loss_fn`` that returns ``(numerator, denominator)`` or a loss with a fixed per-sequence normaliser."""
+concatenated batch, because the loss normaliser is summed over workers (book/part2/05_loss_normalisation.md);
+also for a student ``loss_fn`` that returns ``(numerator, denominator)`` or a loss with a fixed per-sequence
+normaliser, and for every objective split into uneven micro-batches on each worker."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from conftest import STUDENT_LOSSES, tiny_policy
 
 from agent_lab.algorithms import make_algorithm
 from agent_lab.envs import make_env
+from agent_lab.estimators.aggregation import OBJECTIVES
 from agent_lab.policy import WordTokenizer
-from agent_lab.trainer import TrainConfig, loss_and_stats, max_action_tokens
+from agent_lab.trainer import loss_and_stats, max_action_tokens
 
 
 @pytest.mark.slow
@@ -40,16 +42,26 @@ def test_two_process_ddp_gradient_equals_single_process_gradient_on_concatenated
     for form, loss_fn in [("builtin", None), ("pair_token_mean", STUDENT_LOSSES["pair_token_mean"]),
                           ("scalar_constant", STUDENT_LOSSES["scalar_constant"])]:
         model.zero_grad(set_to_none=True)
-        loss, _ = loss_and_stats(model, batch, adv, algo, TrainConfig(group_size=4), loss_fn=loss_fn)
+        loss, _ = loss_and_stats(model, batch, adv, algo, loss_fn=loss_fn)
         loss.backward()
         for name, p in model.named_parameters():
             for r in (r0, r1):
                 torch.testing.assert_close(r["grads"][form][name], p.grad, atol=1e-6, rtol=1e-5,
                                            msg=f"{form}: gradient of {name}")
+    # every objective in uneven micro-batches on each worker (unequal token counts per worker)
+    for objective_name in OBJECTIVES:
+        algo_o = make_algorithm("grpo", group_size=4, max_tokens=max_action_tokens(env), objective=objective_name)
+        model.zero_grad(set_to_none=True)
+        loss, _ = loss_and_stats(model, batch, adv, algo_o)
+        loss.backward()
+        for name, p in model.named_parameters():
+            for r in (r0, r1):
+                torch.testing.assert_close(r["grads"][f"micro_{objective_name}"][name], p.grad, atol=1e-6, rtol=1e-5,
+                                           msg=f"{objective_name} in micro-batches under DDP: gradient of {name}")
     # a token mean returned as one number is normalised per worker: DDP's average of the two local means
     # differs from the concatenated batch's gradient (the reason the pair form exists)
     model.zero_grad(set_to_none=True)
-    loss, _ = loss_and_stats(model, batch, adv, algo, TrainConfig(group_size=4), loss_fn=STUDENT_LOSSES["pair_token_mean"])
+    loss, _ = loss_and_stats(model, batch, adv, algo, loss_fn=STUDENT_LOSSES["pair_token_mean"])
     loss.backward()
     gap = max(float((r0["grads"]["scalar_token_mean"][n] - p.grad).abs().max()) for n, p in model.named_parameters())
     assert gap > 1e-4, gap

@@ -45,44 +45,6 @@ def test_packed_logits_and_gradients_equal_the_padded_pass_on_a_crafting_batch(p
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
 
 
-def test_the_probe_channel_packs_like_the_logits_and_leaves_them_unchanged():
-    env = make_env("crafting")
-    tok = WordTokenizer.from_env(env)
-    batch = demonstration_batch(env, tok, env.sample_tasks(np.random.default_rng(1), 12))
-    am = batch.attention_mask
-    model = tiny_policy(tok, positions="rope", probe=True)
-    plain = model(batch.input_ids, am)
-    both = model(batch.input_ids, am, with_probe=True)
-    assert both.shape[-1] == plain.shape[-1] + 1
-    assert torch.equal(both[..., :-1], plain)  # the probe reads the hidden state; it changes no logit
-    packed = packed_logits(model, batch.input_ids, am, min_saving=0.0, with_probe=True)
-    assert torch.allclose(packed[am], both[am], atol=1e-5)
-    with pytest.raises(ValueError, match="probe=True"):
-        tiny_policy(tok)(batch.input_ids, am, with_probe=True)
-
-
-def test_a_probe_layer_reads_that_blocks_output_and_packs_too():
-    env = make_env("crafting")
-    tok = WordTokenizer.from_env(env)
-    batch = demonstration_batch(env, tok, env.sample_tasks(np.random.default_rng(2), 6))
-    am = batch.attention_mask
-    model = tiny_policy(tok, positions="rope", probe=True, probe_layer=1)
-    seen = {}
-    model.blocks[0].register_forward_hook(lambda mod, args, out: seen.update(x=out))
-    both = model(batch.input_ids, am, with_probe=True)
-    by_hand = model.probe(torch.nn.functional.layer_norm(seen["x"], (32,)))[..., 0]
-    assert torch.allclose(both[..., -1], by_hand, atol=1e-6)
-    assert torch.equal(both[..., :-1], model(batch.input_ids, am))  # the logits are untouched
-    last = tiny_policy(tok, positions="rope", probe=True)  # same weights, the default reads the last hidden state
-    last.load_state_dict(model.state_dict())
-    assert not torch.allclose(last(batch.input_ids, am, with_probe=True)[..., -1], both[..., -1])
-    packed = packed_logits(model, batch.input_ids, am, min_saving=0.0, with_probe=True)
-    assert torch.allclose(packed[am], both[am], atol=1e-5)
-    for bad, match in ((dict(probe_layer=1), "probe=True"), (dict(probe=True, probe_layer=3), "1..n_layers")):
-        with pytest.raises(ValueError, match=match):
-            tiny_policy(tok, **bad)
-
-
 def test_packed_logits_refuses_left_padding():
     env = make_env("crafting")
     tok = WordTokenizer.from_env(env)

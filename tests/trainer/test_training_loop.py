@@ -13,12 +13,36 @@ from agent_lab.cli import main as cli_main
 from agent_lab.trainer import TrainConfig, train
 
 
-def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
+class Crash(Exception):
+    """Raised in place of a machine failure after a step's checkpoint."""
+
+
+def crash_after(monkeypatch, steps: int) -> None:
+    """Make the next run die right after step ``steps`` (and its checkpoint) is finished."""
+    real = trainer_mod.finish_step
+
+    def finish_then_crash(run, row, t, last):
+        real(run, row, t, last)
+        if run.step == steps:
+            raise Crash
+
+    monkeypatch.setattr(trainer_mod, "finish_step", finish_then_crash)
+
+
+def interrupted(monkeypatch, cfg, run_dir, steps: int) -> None:
+    """Run ``cfg`` in ``run_dir`` until it dies after ``steps`` steps, as an interrupted run would."""
+    with monkeypatch.context() as m:
+        crash_after(m, steps)
+        with pytest.raises(Crash):
+            train(cfg, run_dir=str(run_dir), progress=False)
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path, monkeypatch):
     cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 2, "steps": 3, "candidate_mask": True,
                          "checkpoint_every": 1})
     full = train(cfg, run_dir=str(tmp_path / "a"), progress=False)
-    part = train(cfg, run_dir=str(tmp_path / "b"), stop_after=3, progress=False)
-    assert len(part.history) == 3
+    interrupted(monkeypatch, cfg, tmp_path / "b", 3)
+    assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 3
     resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
     for k, v in full.policy.state_dict().items():
         assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
@@ -29,7 +53,29 @@ def test_stopped_and_resumed_run_equals_uninterrupted_run(tmp_path):
     assert len(rows) == 5, "the resumed run's metrics file has each step exactly once"
 
 
-def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_exactly(tmp_path):
+def test_sft_then_rl_from_its_result_equals_one_run(tmp_path):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 2, "steps": 2, "candidate_mask": True})
+    whole = train(cfg, run_dir=str(tmp_path / "whole"), progress=False)
+    cold = trainer_mod.train_sft(cfg, run_dir=str(tmp_path / "sft"), progress=False)
+    assert [h["phase"] for h in cold.history] == ["sft", "sft"] and cold.final_eval is not None
+    rl = trainer_mod.train_rl(cfg, init=cold, run_dir=str(tmp_path / "rl"), progress=False)
+    for k, v in whole.policy.state_dict().items():
+        assert torch.equal(v, rl.policy.state_dict()[k]), f"parameter {k} differs"
+    assert [h["loss"] for h in rl.history] == [h["loss"] for h in whole.history]
+    assert [h["step"] for h in rl.history] == [0, 1, 2, 3] and rl.episodes == whole.episodes
+    # the RL run's folder holds the whole run: both phases' metrics; its loss.txt describes its own phase
+    assert len((tmp_path / "rl" / "metrics.jsonl").read_text().splitlines()) == 4
+    assert "RL (2 steps" in rl.loss_description and "SFT (" not in rl.loss_description
+    # from a checkpoint path too, and from a bare policy (fresh optimizer: a different run)
+    again = trainer_mod.train_rl(cfg, init=tmp_path / "sft", run_dir=str(tmp_path / "rl2"), progress=False)
+    assert [h["loss"] for h in again.history] == [h["loss"] for h in whole.history]
+    bare = trainer_mod.train_rl(cfg, init=cold.policy, run_dir=str(tmp_path / "rl3"), progress=False)
+    assert [h["step"] for h in bare.history] == [2, 3]
+    with pytest.raises(ValueError, match="pass init=train_sft"):
+        trainer_mod.train_rl(cfg, run_dir=str(tmp_path / "rl4"), progress=False)
+
+
+def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_exactly(tmp_path, monkeypatch):
     cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 4, "candidate_mask": True, "resample_rounds": 3,
                          "checkpoint_every": 1})
     full = train(cfg, run_dir=str(tmp_path / "a"), progress=False)
@@ -37,22 +83,22 @@ def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_e
     assert all(1 <= h["rollout_rounds"] <= 4 for h in rl)
     assert any(h["rollout_rounds"] > 1 for h in rl), "an untrained policy leaves groups all-equal: it must resample"
     assert all(h["update_degenerate_fraction"] <= h["degenerate_fraction"] for h in rl)
-    assert full.episodes == sum(h["rollout_rounds"] for h in rl) * cfg.batch_size, "every sampled episode counts"
+    assert full.episodes == sum(h["rollout_rounds"] for h in rl) * cfg.algorithm.batch_size, "every episode counts"
     assert "dynamic sampling: up to 3 more rounds" in (tmp_path / "a" / "loss.txt").read_text()
-    plain = train(TrainConfig(**{**cfg.to_dict(), "resample_rounds": 0}), run_dir=str(tmp_path / "p"), progress=False)
+    plain = train(cfg.replace(resample_rounds=0), run_dir=str(tmp_path / "p"), progress=False)
     # its first round draws what the plain run draws; the update can only have fewer all-equal groups
     assert plain.history[0]["degenerate_fraction"] >= rl[0]["update_degenerate_fraction"]
-    train(cfg, run_dir=str(tmp_path / "b"), stop_after=2, progress=False)
+    interrupted(monkeypatch, cfg, tmp_path / "b", 2)
     resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
     for k, v in full.policy.state_dict().items():
         assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
     assert full.episodes == resumed.episodes
 
 
-def test_planner_guidance_adds_the_sft_loss_of_unsolved_groups_and_resumes_exactly(tmp_path):
+def test_planner_guidance_adds_the_sft_loss_of_unsolved_groups_and_resumes_exactly(tmp_path, monkeypatch):
     cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "steps": 3, "guide_coef": 0.5, "checkpoint_every": 1})
     guided = train(cfg, run_dir=str(tmp_path / "g"), progress=False)
-    plain = train(TrainConfig(**{**cfg.to_dict(), "guide_coef": 0.0}), run_dir=str(tmp_path / "p"), progress=False)
+    plain = train(cfg.replace(guide_coef=0.0), run_dir=str(tmp_path / "p"), progress=False)
     g0, p0 = guided.history[0], plain.history[0]
     assert g0["guided_groups"] > 0, "an untrained policy leaves some groups unsolved"
     assert g0["success"] == p0["success"], "step 0 samples the same episodes with the same initial weights"
@@ -60,14 +106,14 @@ def test_planner_guidance_adds_the_sft_loss_of_unsolved_groups_and_resumes_exact
     assert g0["loss"] == pytest.approx(p0["loss"] + 0.5 * g0["guide_nll"], abs=1e-5)
     assert g0["guide_nll"] > 0.1 and "guide_nll" not in p0
     assert "planner guidance: loss += 0.5" in (tmp_path / "g" / "loss.txt").read_text()
-    train(cfg, run_dir=str(tmp_path / "b"), stop_after=1, progress=False)
+    interrupted(monkeypatch, cfg, tmp_path / "b", 1)
     resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
     for k, v in guided.policy.state_dict().items():
         assert torch.equal(v, resumed.policy.state_dict()[k]), f"parameter {k} differs after resume"
 
 
 def test_planner_guidance_needs_one_process():
-    with pytest.raises(ValueError, match="guide_coef runs in one process"):
+    with pytest.raises(ValueError, match=r"planner_guidance \(guide_coef\) runs in one process"):
         TrainConfig(guide_coef=0.1).validate(world_size=2)
 
 
@@ -81,7 +127,7 @@ def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     assert "from SFT step 2 on" in (tmp_path / "late" / "loss.txt").read_text()
 
 
-def test_dagger_demonstrations_start_at_sft_dagger_from_and_resume_exactly(tmp_path):
+def test_dagger_demonstrations_start_at_sft_dagger_from_and_resume_exactly(tmp_path, monkeypatch):
     base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8,
             "candidate_mask": True, "checkpoint_every": 1}
     plain = train(TrainConfig(**base), run_dir=str(tmp_path / "plain"), progress=False)
@@ -93,7 +139,7 @@ def test_dagger_demonstrations_start_at_sft_dagger_from_and_resume_exactly(tmp_p
     assert [h.get("dagger_episodes", 0) for h in late.history][:2] == [0, 0]
     assert all(0 < h["dagger_episodes"] < 8 and 0 <= h["dagger_success"] <= 1 for h in late.history[2:])
     assert "SFT DAgger demonstrations: 50%" in (tmp_path / "late" / "loss.txt").read_text()
-    train(cfg, run_dir=str(tmp_path / "b"), stop_after=3, progress=False)  # stopped mid-DAgger, then resumed
+    interrupted(monkeypatch, cfg, tmp_path / "b", 3)  # stopped mid-DAgger, then resumed
     resumed = train(cfg, run_dir=str(tmp_path / "b"), resume=True, progress=False)
     assert loss(resumed) == loss(late)
     for k, v in late.policy.state_dict().items():
@@ -118,34 +164,46 @@ BAD = [
     ({"batch_size": 30, "group_size": 4}, "group_size must divide batch_size"),
     ({"algo": "grpo", "group_size": 1, "batch_size": 8}, "group_size must be >= 2"),
     ({"steps": 0, "sft_steps": 0}, "budget is empty"),
-    ({"lr": -1.0}, "lr must be a positive"),
+    ({"lr": -1.0}, "lr must be a finite number > 0"),
     ({"objective": "median"}, "objective must be one of"),
     ({"device": "tpu"}, "device must be one of"),
     ({"top_p": 0.0}, "top_p must be in"),
     ({"resume": True}, "resume=True needs run_dir"),
     ({"algo": "ppo", "batch_size": 32, "group_size": 4, "minibatches": 3}, "minibatches=3 must divide"),
-    ({"sft_slip_prob": 1.5}, "sft_slip_prob must lie in"),
-    ({"env": "crafting", "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
-    ({"sft_slip_prob": 0.5}, "only crafting has"),
-    ({"env": "crafting", "sft_slip_from": -1}, "sft_slip_from must be a non-negative int"),
-    ({"env": "crafting", "sft_steps": 4, "sft_slip_from": 2}, "needs sft_slip_prob > 0"),
+    ({"minibatches": 2}, "minibatches=2 is an option of algo 'ppo', not of 'dr_grpo'"),
+    ({"algo": "ppo", "clip_eps": 1.5}, "clip_eps must be in"),
+    ({"algo": "reinforce", "baseline": "median"}, "baseline must be one of"),
+    ({"algo": "ppo", "kl_kind": "k4"}, "kl_kind must be one of"),
+    ({"bogus": 1}, "unknown TrainConfig field 'bogus'"),
+    ({"plugins": {"bogus": {}}}, "unknown plug-in 'bogus'"),
+    ({"plugins": {"dagger": {"rate": 1}}}, "plug-in 'dagger'"),
+    ({"sft_steps": 2, "sft_slip_prob": 1.5}, "sft_slip_prob\\) must lie in"),
+    ({"env": "crafting", "sft_steps": 2, "sft_slip_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
+    ({"sft_steps": 2, "sft_slip_prob": 0.5}, "crafting has"),
+    ({"env": "crafting", "sft_slip_from": -1, "sft_slip_prob": 0.5}, "sft_slip_from\\) must be an int >= 0"),
+    ({"env": "crafting", "sft_steps": 4, "sft_slip_from": 2}, "sft_slip_from=2 has no effect without sft_slip_prob"),
     ({"env": "crafting", "sft_steps": 4, "sft_slip_prob": 0.5, "sft_slip_from": 4}, "fewer than the 4 SFT steps"),
     ({"env": "crafting", "algo": "sft", "sft_steps": 2, "steps": 3, "sft_slip_prob": 0.5, "sft_slip_from": 5},
      "fewer than the 5 SFT steps"),
-    ({"env": "crafting", "sft_dagger_prob": -0.1}, "sft_dagger_prob must lie in"),
-    ({"sft_dagger_prob": 0.5}, "only crafting has"),
-    ({"env": "crafting", "sft_dagger_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
-    ({"env": "crafting", "sft_dagger_from": -1}, "sft_dagger_from must be a non-negative int"),
-    ({"env": "crafting", "sft_steps": 4, "sft_dagger_from": 2}, "needs sft_dagger_prob > 0"),
+    ({"env": "crafting", "sft_slip_prob": 0.5}, "set sft_steps >= 1"),
+    ({"env": "crafting", "sft_steps": 2, "sft_dagger_prob": -0.1}, "sft_dagger_prob\\) must lie in"),
+    ({"sft_steps": 2, "sft_dagger_prob": 0.5}, "crafting has"),
+    ({"env": "crafting", "sft_steps": 2, "sft_dagger_prob": 0.5, "sft_observation_weight": 1.0}, "cannot be combined"),
+    ({"env": "crafting", "sft_steps": 4, "sft_dagger_from": 2}, "sft_dagger_from=2 has no effect without"),
     ({"env": "crafting", "sft_steps": 4, "sft_dagger_prob": 0.5, "sft_dagger_from": 4}, "fewer than the 4 SFT steps"),
     ({"positions": "alibi"}, "positions must be one of"),
     ({"sft_steps": 3, "sft_lr_decay_steps": 4}, "sft_lr_decay_steps=4 is more than the 3 SFT steps"),
     ({"sft_lr_decay_steps": -1}, "sft_lr_decay_steps must be a non-negative int"),
-    ({"resample_rounds": -1}, "resample_rounds must be a non-negative int"),
-    ({"algo": "reinforce", "resample_rounds": 2}, "only the group algorithms"),
-    ({"guide_coef": -0.1}, "guide_coef must be a finite number >= 0"),
-    ({"algo": "ppo", "guide_coef": 0.1}, "algo must be one of \\('rloo', 'grpo', 'dr_grpo'\\), got 'ppo'"),
-    ({"algo": "reinforce", "guide_coef": 0.1}, "guide_coef adds demonstrations"),
+    ({"resample_rounds": -1}, "resample_rounds\\) must be an int >= 1"),
+    ({"algo": "reinforce", "resample_rounds": 2}, "only group algorithms"),
+    ({"guide_coef": -0.1}, "guide_coef\\) must be a finite number > 0"),
+    ({"algo": "ppo", "guide_coef": 0.1}, "one update per rollout batch; algo 'ppo'"),
+    ({"algo": "reinforce", "guide_coef": 0.1}, "planner_guidance \\(guide_coef\\) adds demonstrations"),
+    ({"sft_probe_weight": 1.0}, "goal-tree probe was removed"),
+    ({"stop_after": 2}, "a cold start is now a run of its own"),
+    ({"n_heads": 3}, "d_model must be divisible by n_heads"),
+    ({"temperature": 0.0}, "temperature must be > 0"),
+    ({"micro_batch_size": -1}, "micro_batch_size must be a non-negative int"),
 ]
 
 
@@ -158,6 +216,8 @@ def test_bad_configuration_raises_before_any_work(monkeypatch, overrides, messag
     monkeypatch.setattr(trainer_mod, "TinyTransformer", no_work)
     with pytest.raises(ValueError, match=message):
         train(TrainConfig(**overrides), progress=False)
+    with pytest.raises(ValueError, match=message):  # the same check through the keyword overrides
+        train(progress=False, **overrides)
 
 
 def test_cli_reports_bad_configuration_in_one_line_with_exit_code_2(capsys):
@@ -167,7 +227,8 @@ def test_cli_reports_bad_configuration_in_one_line_with_exit_code_2(capsys):
 
 
 def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys):
-    rc = cli_main(["train", "--algo", "sft", "--steps", "2", "--d-model", "32", "--n-layers", "1",
+    rc = cli_main(["train", "--recipe", "number-search/plain", "--algo", "sft", "--steps", "2", "--d-model", "32",
+                   "--n-layers", "1",
                    "--sft-batch-size", "8", "--eval-every", "0", "--run-dir", str(tmp_path), "--quiet"])
     assert rc == 0
     out = capsys.readouterr().out
@@ -178,7 +239,8 @@ def test_cli_train_prints_summary_and_eval_reads_the_checkpoint(tmp_path, capsys
 
 
 def test_cli_eval_overrides_the_checkpoints_environment_options_and_mask(tmp_path, capsys):
-    rc = cli_main(["train", "--env", "crafting", "--algo", "sft", "--steps", "1", "--d-model", "16", "--n-layers", "1",
+    rc = cli_main(["train", "--recipe", "number-search/plain", "--env", "crafting", "--algo", "sft", "--steps", "1",
+                   "--d-model", "16", "--n-layers", "1",
                    "--n-heads", "2", "--sft-batch-size", "4", "--eval-every", "0", "--candidate-mask",
                    "--env-option", "reread=true", "--run-dir", str(tmp_path), "--quiet"])
     assert rc == 0

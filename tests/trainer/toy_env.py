@@ -38,7 +38,12 @@ class ToySearch:
         self.turn = [0] * len(tasks)
         self.lo = [1] * len(tasks)
         self.hi = [self.n] * len(tasks)
+        self.logs = [{"task": t, "turns": []} for t in self.tasks]
+        self.over = [False] * len(tasks)
         return [f"find a number from 1 {self.n}" for _ in tasks]
+
+    def episode_logs(self):
+        return [{**log, "turns": list(log["turns"])} for log in self.logs]
 
     def allowed_actions(self):
         return [[f"guess {i}" for i in range(lo, hi + 1)] for lo, hi in zip(self.lo, self.hi)]
@@ -59,6 +64,9 @@ class ToySearch:
             else:
                 o, self.hi[b] = "lower", min(self.hi[b], g - 1)
             ok = o == "correct"
+            if not self.over[b]:  # the sampler sends "" for episodes that are over; they are not logged
+                self.logs[b]["turns"].append({"text": a, "observation": o})
+                self.over[b] = ok or self.turn[b] >= self.max_turns
             obs.append(o)
             rew.append(1.0 if ok else 0.0)
             done.append(ok)

@@ -4,8 +4,8 @@
 ARCHITECTURE.md ("Environment contract"): ``vocabulary()``, ``max_turns``, ``max_action_words``,
 ``sample_tasks``, ``eval_tasks``, ``splits``, ``reset``, ``step`` -> :class:`StepBatch`,
 ``optimal_success``, ``demonstrations``, ``episode_logs`` and the module-level :func:`replay`.
-Book chapters: "Demonstration likelihood and task reward are different objectives" (number search and
-its dynamic programme) and "Trajectories couple a policy to an environment".
+Book: book/part1/00_demonstrations_vs_reward.md (number search and its dynamic programme),
+book/part1/01_trajectories_and_support.md and book/part3/01_crafting.md.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from agent_lab.envs.number_search_dp import (
 
 __all__ = [
     "make_env",
+    "env_class",
     "ENV_NAMES",
     "NumberSearch",
     "Crafting",
@@ -64,8 +65,15 @@ _REGISTRY: dict[str, type[TextEnv]] = {"number-search": NumberSearch, "crafting"
 ENV_NAMES = tuple(_REGISTRY)
 
 
+def env_class(name: str) -> type[TextEnv]:
+    """The class of the environment called ``name`` (to ask what it offers without building one)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; known environments: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
 def make_env(name: str, **options: Any) -> TextEnv:
     """Build the environment called ``name`` with keyword ``options`` (see each class for its options)."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; known environments: {sorted(_REGISTRY)}")
-    return _REGISTRY[name](**options)
+    return env_class(name)(**options)

@@ -4,8 +4,8 @@ Every environment in :mod:`agent_lab.envs` steps ``B`` episodes at once and spea
 separated by single spaces, lines by ``"\\n"``, no trailing newline). A subclass supplies four small
 pieces -- a fresh episode state for a task, the prompt, a parser from action text to an executed
 action, and a transition -- and this module does the batching, the declared invalid-action rule, the
-episode log and exact replay. Book chapter: "Trajectories couple a policy to an environment"
-(histories, observations, termination versus truncation).
+episode log and exact replay. Book: book/part1/01_trajectories_and_support.md (histories, observations,
+termination versus truncation).
 
 Termination versus truncation (Gymnasium's convention): ``done`` marks every episode that is over.
 ``truncated`` marks only episodes cut by a limit *outside* the task, the optional ``turn_limit``
@@ -28,7 +28,7 @@ import numpy as np
 __all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "OPEN_ENDED", "ReplayMismatch", "tokens_of", "check_bool",
            "check_choice", "check_int"]
 
-#: The declared rules for a malformed or impossible action (seed 000 section 3):
+#: The declared rules for a malformed or impossible action (lecture notes section 3):
 #: ``"spend_turn"`` answers ``invalid`` and uses up one turn; ``"end_episode"`` answers ``invalid``
 #: and ends the episode with reward 0.
 INVALID_RULES = ("spend_turn", "end_episode")
@@ -130,8 +130,10 @@ class TextEnv(ABC):
     def __init__(self, *, invalid_action: str = "spend_turn", turn_limit: int | None = None, **options: Any):
         self.invalid_action = check_choice("invalid_action", invalid_action, INVALID_RULES)
         self.turn_limit = None if turn_limit is None else check_int("turn_limit", turn_limit, 1)
-        # The options (JSON values only) rebuild an identical environment in ``replay``.
+        # The options (JSON values only) rebuild an identical environment in ``replay``; each is also an attribute.
         self.options: dict[str, Any] = {"invalid_action": invalid_action, "turn_limit": turn_limit, **options}
+        for name, value in options.items():
+            setattr(self, name, value)
         self._states: list[Any] = []
         self._logs: list[dict] = []
 

@@ -57,14 +57,13 @@ the proportions ``level_weights`` gives (one weight per sorted level; a curricul
 ``train_distractors`` gives training worlds that many distractor recipes instead of their level's (evaluation
 worlds keep their level's): more lines that share an ingredient with the goal's tree, so a policy that picks
 ingredients by what stands beside a fetched item in some line, not by whether the goal needs them, is corrected
-more often (measured, it lowered depth-2 success: crafting lab, exercise 16).
+more often.
 
 Re-reading (``reread=True``): the prompt is shown twice, one copy after the other. The recipe lines come
 shuffled and a causal policy reads them in order, so at a line above the goal's nothing yet says whether its
-item is needed; every token of the second copy can attend to the whole first copy, the goal's line included
-(measured: crafting lab, exercise 20).
+item is needed; every token of the second copy can attend to the whole first copy, the goal's line included.
 
-Book chapter: "Trajectories couple a policy to an environment".
+Book: book/part3/01_crafting.md.
 """
 
 from __future__ import annotations
@@ -94,10 +93,9 @@ from agent_lab.envs.crafting_world import (
     thought,
 )
 
-__all__ = ["Crafting", "SHAPINGS", "PLANS", "PROBE_SCOPES"]
+__all__ = ["Crafting", "SHAPINGS", "PLANS"]
 
 SHAPINGS = ("none", "first_craft", "distance")
-PROBE_SCOPES = ("base", "prefix")  # where the goal-tree probe has targets; see Crafting.probe_labels
 # The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
 PLANS = {
     "fetch_first": shortest_plan,
@@ -193,11 +191,6 @@ class Crafting(TextEnv):
             train_distractors=train_distractors,
             reread=reread,
         )
-        self.train_levels, self.deeper_level, self.max_get = levels, deeper_level, max_get
-        self.shaping, self.shaping_scale, self.shaping_gamma = shaping, float(shaping_scale), shaping_gamma
-        self.mask_actions, self.eval_size, self.plan = mask_actions, eval_size, plan
-        self.level_weights, self.think, self.train_distractors = level_weights, think, train_distractors
-        self.reread = reread
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
@@ -293,36 +286,48 @@ class Crafting(TextEnv):
         return f"{result}\ninventory {items}\nsteps {state.world['budget'] - state.turns}"
 
     def _parse(self, words: list[str], state: _Episode) -> tuple[list | None, str | None]:
-        world = state.world
         if self.think and words and words[0] == "think":
-            if state.thought or state.turns > 0:
-                return None, "think only once, before the first step"
-            return ["think"], None
-        if len(words) == 3 and words[0] == "get":
-            item, digits = words[1], words[2]
-            if item not in world["recipes"] and item not in world["base"]:
-                return None, "unknown item"
-            if item in world["recipes"]:
-                return None, "not a base item"
-            if not (digits.isascii() and digits.isdigit()) or len(digits) > 6:
+            action = ["think"]
+        elif len(words) == 3 and words[0] == "get":
+            digits = words[2]
+            if (words[1] in state.world["base"] and words[1] not in state.world["recipes"]
+                    and not (digits.isascii() and digits.isdigit() and len(digits) <= 6)):
                 return None, "not a number"
-            count = int(digits)
-            if not 1 <= count <= self.max_get:
-                return None, f"count out of range 1..{self.max_get}"
-            if state.inventory.get(item, 0) + count > MAX_STACK:
-                return None, "inventory full"
-            return ["get", item, count], None
-        if len(words) == 2 and words[0] == "craft":
-            item = words[1]
-            if item not in world["recipes"]:
-                return None, "unknown item" if item not in world["base"] else "base item"
-            if any(state.inventory.get(y, 0) < n for y, n in world["recipes"][item]["needs"].items()):
-                return None, "missing ingredients"
-            if state.inventory.get(item, 0) + world["recipes"][item]["yield"] > MAX_STACK:
-                return None, "inventory full"
-            return ["craft", item], None
-        think = " or 'think <words>' (first)" if self.think else ""
-        return None, f"expected 'get <item> <n>' or 'craft <item>'{think}"
+            action = ["get", words[1], int(digits) if digits.isascii() and digits.isdigit() else 0]
+        elif len(words) == 2 and words[0] == "craft":
+            action = ["craft", words[1]]
+        else:
+            think = " or 'think <words>' (first)" if self.think else ""
+            return None, f"expected 'get <item> <n>' or 'craft <item>'{think}"
+        refusal = self._refusal(state, action)
+        return (None, refusal) if refusal else (action, None)
+
+    def _refusal(self, state: _Episode, action: list) -> str | None:
+        """Why a well-formed action (``["get", item, n]``, ``["craft", item]``, ``["think"]``) cannot execute now,
+        or ``None``: the one statement of the rules, which the parser and the candidate mask both apply."""
+        if action[0] == "think":
+            return "think only once, before the first step" if state.thought or state.turns > 0 else None
+        if action[0] == "get":
+            return self._get_refusal(state.world, state.inventory, action[1], action[2])
+        return self._craft_refusal(state.world, state.inventory, action[1])
+
+    def _get_refusal(self, world: dict, inv: dict, item: str, count: int) -> str | None:
+        if item not in world["recipes"] and item not in world["base"]:
+            return "unknown item"
+        if item in world["recipes"]:
+            return "not a base item"
+        if not 1 <= count <= self.max_get:
+            return f"count out of range 1..{self.max_get}"
+        return "inventory full" if inv.get(item, 0) + count > MAX_STACK else None
+
+    @staticmethod
+    def _craft_refusal(world: dict, inv: dict, item: str) -> str | None:
+        if item not in world["recipes"]:
+            return "unknown item" if item not in world["base"] else "base item"
+        recipe = world["recipes"][item]
+        if any(inv.get(y, 0) < n for y, n in recipe["needs"].items()):
+            return "missing ingredients"
+        return "inventory full" if inv.get(item, 0) + recipe["yield"] > MAX_STACK else None
 
     def _execute(self, state: _Episode, action: list) -> tuple[str, float, bool]:
         if action[0] == "think":  # free: the budget counts steps that change the inventory
@@ -373,16 +378,11 @@ class Crafting(TextEnv):
             if done:
                 out.append(frozenset())
                 continue
-            world, inv = state.world, state.inventory
-            texts = [
-                f"get {b} {n}" for b in world["base"] for n in range(1, self.max_get + 1) if inv.get(b, 0) + n <= MAX_STACK
-            ]
-            texts += [
-                f"craft {x}"
-                for x, r in world["recipes"].items()
-                if all(inv.get(y, 0) >= n for y, n in r["needs"].items()) and inv.get(x, 0) + r["yield"] <= MAX_STACK
-            ]
-            if self.think and not state.thought and state.turns == 0:
+            world, inv, counts = state.world, state.inventory, range(1, self.max_get + 1)
+            texts = [f"get {b} {n}" for b in world["base"] for n in counts
+                     if self._get_refusal(world, inv, b, n) is None]
+            texts += [f"craft {x}" for x in world["recipes"] if self._craft_refusal(world, inv, x) is None]
+            if self.think and self._refusal(state, ["think"]) is None:
                 texts.append("think" + OPEN_ENDED)
             out.append(frozenset(texts))
         return out
@@ -515,42 +515,6 @@ class Crafting(TextEnv):
         if not twin._success[0]:
             raise AssertionError(f"the planner failed to finish after {prefix!r} in world seed {world.get('seed')}")
         return pairs
-
-    def probe_labels(self, task: dict, scope: str = "base") -> list[int]:
-        """Targets of the goal-tree probe (``TrainConfig.sft_probe_weight``), one per token of the task's
-        prompt as :meth:`WordTokenizer.encode <agent_lab.policy.tokenizer.WordTokenizer.encode>` splits it
-        (the words, and a line break between lines); -1 (no target) where there is none.
-
-        ``scope="base"``: at each item of the ``base`` line, 1 if the goal's tree needs it and 0 if only
-        distractors do. The base line follows every recipe line, so each target is a function of the
-        tokens up to it: the two-hop question (is this item in a line whose head the goal's line names?)
-        that the policy's first ``get`` actions must answer, asked where the answer is first computable.
-
-        ``scope="prefix"``: also at every item of every recipe line (its head and its ingredients), 1 if
-        the item is in the goal's tree *as the lines up to and including this one show it* (the closure of
-        the goal under those recipes), else 0. The recipe lines come shuffled, so an item in a line above the
-        goal's is not yet known to be needed; the prefix target asks only what the context can answer, and
-        it gives the one-hop steps of the same look-up (an ingredient of a needed line is needed) their own
-        targets. The base-line targets are the same in both scopes.
-        """
-        check_choice("scope", scope, PROBE_SCOPES)
-        world = self._check_task(task)
-        recipes, lines = world["recipes"], self._prompt(self._new_state(world)).split("\n")
-        tree, seen_lines = goal_tree(world), set()
-        labels: list[int] = []
-        for k, line in enumerate(lines):
-            words = line.split()
-            labels += [-1] * (k > 0)  # the line break before this line
-            if words[0] == "base":
-                labels += [-1] + [int(w in tree) for w in words[1:]]
-            elif scope == "prefix" and "=" in words:
-                seen_lines.add(words[0])
-                known = goal_tree({"goal": world["goal"], "recipes": {x: recipes[x] for x in seen_lines}})
-                labels += [int(w in known) if j == 0 or (j > words.index("=") and j % 2 == 1) else -1
-                           for j, w in enumerate(words)]
-            else:
-                labels += [-1] * len(words)
-        return labels
 
     def item_depths(self, task: dict) -> dict[str, int]:
         """Depth of every item of ``task`` (0 for base items)."""

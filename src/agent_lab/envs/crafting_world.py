@@ -18,7 +18,7 @@ plan must craft ``x`` at least ``c(x)`` times (units of ``x`` come only from the
 crafting, ``y(x)`` per craft; by induction from the goal down), and fetch ``b`` in at least ``g(b)``
 gets, so ``sum c + sum g`` steps is a lower bound; fetching first and then crafting children before
 parents attains it. Tests check it against breadth-first search over inventory states.
-Book chapter: "Trajectories couple a policy to an environment" (the crafting example).
+Book: book/part3/01_crafting.md (and the crafting example of book/part1/01_trajectories_and_support.md).
 """
 
 from __future__ import annotations
@@ -265,8 +265,7 @@ def on_demand_action(world: Mapping, inventory: Mapping[str, int], max_get: int 
     so ``x`` is crafted ``ceil((D(x) - I(x)) / y(x))`` times; a full-stack ``get`` happens only while
     short, so ``b`` is fetched in ``ceil((D(b) - I(b)) / G)`` gets. The plan is therefore as short as
     :func:`shortest_plan`'s, with no arithmetic beyond comparing two small counts (fetch-first ``get``
-    counts are tree totals) but a chain of recipe look-ups at every step; measured, a small policy did
-    not imitate it better (crafting lab, exercise 7).
+    counts are tree totals) but a chain of recipe look-ups at every step.
     """
     recipes = world["recipes"]
     item = world["goal"]

@@ -10,15 +10,15 @@ protocol (one line per turn)::
     correct                                        <- reward 1, episode over
 
 ``correct`` ends the episode with reward 1 (or ``1 - 0.05 T`` for success on guess ``T`` with
-``reward="length"``, seed 000 section 2); spending all guesses ends it with reward 0. The hidden number
+``reward="length"``, lecture notes section 2); spending all guesses ends it with reward 0. The hidden number
 never appears in the text the policy sees. Actions are ``guess <k>``; the parser ignores extra spaces
 and capitals. Anything else (empty text, another word, a number outside 1..N, text over 200
 characters) is invalid and handled by the declared rule ``invalid_action``: ``"spend_turn"``
 (default: answer ``invalid``, use up the turn) or ``"end_episode"`` (answer ``invalid``, reward 0).
-The log records both the sampled text and the executed guess (seed 000 section 3).
+The log records both the sampled text and the executed guess (lecture notes section 3).
 
 With ``mask_actions=True``, :meth:`NumberSearch.allowed_actions` gives each episode's guesses inside
-the current candidate interval (seed 000 section 1): no optimal action is removed, since guesses
+the current candidate interval (lecture notes section 1): no optimal action is removed, since guesses
 outside the interval are dominated. The mask is advisory (for the sampler); the environment still
 executes any in-range guess.
 
@@ -28,8 +28,7 @@ find at most 2^4 - 1 = 15 numbers); the median (binary-search) reference attains
 1, 2, 3, 4 gets 4/16, and a uniform guess among the consistent candidates 9752459/16816800 = 0.5799.
 Under ``reward="length"`` the optimum is (0.95 + 2(0.90) + 4(0.85) + 8(0.80))/16 = 0.784375.
 Exact values and the optimal planner come from
-:class:`~agent_lab.envs.number_search_dp.NumberSearchDP`. Book chapter: "Demonstration likelihood and
-task reward are different objectives".
+:class:`~agent_lab.envs.number_search_dp.NumberSearchDP`. Book: book/part1/00_demonstrations_vs_reward.md.
 """
 
 from __future__ import annotations
@@ -82,7 +81,6 @@ class NumberSearch(TextEnv):
             length_penalty=float(length_penalty),
             mask_actions=mask_actions,
         )
-        self.n, self.guesses, self.reward, self.mask_actions = n, guesses, reward, mask_actions
         self.max_turns = guesses
         # The DP validates length_penalty and is reused for every planner query.
         self.dp = NumberSearchDP(n, guesses, reward, length_penalty, invalid_action)

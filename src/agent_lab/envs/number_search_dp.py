@@ -4,7 +4,7 @@ A hidden integer is uniform on ``1..N``; the agent has ``K`` guesses and hears `
 or ``correct``. After a history ``h`` of ``t`` guesses the candidate set is always an interval
 ``C = [lo, hi]`` (each answer cuts the interval at the guess; an ``invalid`` turn leaves it alone), and
 the future depends on ``h`` only through ``(C, t)``. With ``R(T)`` the reward for success on guess
-``T`` (1, or ``1 - 0.05 T`` under the length-dependent reward of seed 000 section 2):
+``T`` (1, or ``1 - 0.05 T`` under the length-dependent reward of lecture notes section 2):
 
 .. math::
 
@@ -16,12 +16,12 @@ where ``C_{<a} = {n in C : n < a}`` (the targets that answer ``lower``) and ``C_
 values are success probabilities (expected returns under the length reward) conditioned on the
 history, the target being uniform on ``C``.
 
-What the lecture gets wrong (seed 000 section 0 says binary search "can therefore succeed within four
+What the lecture gets wrong (lecture notes section 0 says binary search "can therefore succeed within four
 guesses" on 1..16): a guess must *hit* the number, so ``K`` guesses find at most ``2^K - 1`` targets
 (the guess itself plus at most ``2^{K-1} - 1`` on each side, by induction), and the optimal success on
 1..16 with 4 guesses is 15/16, not 1. The median reference policy attains that optimum; guessing
-1, 2, 3, 4 in order succeeds with 4/16. Book chapter: "Demonstration likelihood and task reward are
-different objectives" (the reference policy and its 15/16 correction).
+1, 2, 3, 4 in order succeeds with 4/16. Book: book/part1/00_demonstrations_vs_reward.md (the reference policies
+and the 15/16 correction).
 
 A policy is a function from a history (a tuple of ``(guess, feedback)`` pairs, ``guess`` an int or
 ``None`` for an invalid turn) to an action or to a distribution over actions (a mapping action ->

@@ -1,4 +1,4 @@
-"""A decoder-only transformer with a key/value cache (book chapter "The policy as a language model").
+"""A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
 Read it top to bottom: config, the cache, rotary positions (optional), attention, MLP, block, model. Shapes are in comments:
 ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
@@ -28,7 +28,7 @@ POSITIONS = ("learned", "rope")
 class ModelConfig:
     """Sizes of the policy. The default (d_model 64, 2 layers, 4 heads, ~0.1M parameters) trains on 2 CPU cores."""
 
-    vocab_size: int
+    vocab_size: int | None = None  # None: not known yet (the trainer fills in its tokenizer's size)
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -36,13 +36,11 @@ class ModelConfig:
     max_len: int = 512  # longest transcript
     dropout: float = 0.0
     positions: str = "learned"  # "learned" position embeddings (GPT-2) or "rope" (rotary: attention sees offsets)
-    probe: bool = False  # a one-logit linear read-out of the last hidden state, for an auxiliary SFT loss
-    probe_layer: int | None = None  # the probe reads the residual stream after this block (1..n_layers); None: the last
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 1:
+            if (v is not None or name != "vocab_size") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
@@ -50,11 +48,6 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.probe_layer is not None:
-            if not self.probe:
-                raise ValueError("probe_layer needs probe=True")
-            if not (isinstance(self.probe_layer, int) and 1 <= self.probe_layer <= self.n_layers):
-                raise ValueError(f"probe_layer must be an int in 1..n_layers={self.n_layers} or None, got {self.probe_layer!r}")
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = {self.d_model // self.n_heads}")
 
@@ -171,6 +164,9 @@ class TinyTransformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if cfg.vocab_size is None:
+            raise ValueError("ModelConfig.vocab_size is None: set it to the tokenizer's size, "
+                             "dataclasses.replace(cfg, vocab_size=len(tokenizer))")
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.positions == "learned" else None
@@ -178,7 +174,6 @@ class TinyTransformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # weight tying, as in GPT-2
-        self.probe = nn.Linear(cfg.d_model, 1) if cfg.probe else None
         self.apply(self._init)
         for name, p in self.named_parameters():  # scaled init of residual projections (GPT-2)
             if name.endswith("proj.weight") or name.endswith("out.weight"):
@@ -206,20 +201,15 @@ class TinyTransformer(nn.Module):
         return rotary(positions, self.cfg.d_model // self.cfg.n_heads) if self.cfg.positions == "rope" else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                segment_ids: torch.Tensor | None = None, with_probe: bool = False) -> torch.Tensor:
+                segment_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced logits ``[B, L, V]`` for right-padded ``input_ids [B, L]``.
 
         Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
         enough for real positions; ``attention_mask`` additionally hides padding keys. ``segment_ids
         [B, L]`` (instead of ``attention_mask``) packs several sequences into one row: a token attends only
         to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks padding
-        (see :mod:`agent_lab.policy.packing`). ``with_probe`` (a model built with ``probe=True``) appends
-        the probe's logit as channel ``V``: ``[B, L, V + 1]``, one tensor so that packing handles both.
-        With ``probe_layer`` the probe reads block ``probe_layer``'s output (layer-normed without parameters)
-        instead of the last hidden state, so later blocks at other positions can attend to what it is taught.
+        (see :mod:`agent_lab.policy.packing`).
         """
-        if with_probe and self.probe is None:
-            raise ValueError("with_probe=True needs a model built with ModelConfig(probe=True)")
         B, L = input_ids.shape
         idx = torch.arange(L, device=input_ids.device)
         causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
@@ -236,13 +226,9 @@ class TinyTransformer(nn.Module):
             if attention_mask is not None:
                 mask = (mask & attention_mask.bool()[:, None, None, :]) | eye  # (B, 1, L, L)
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
-        read = None
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
-            if with_probe and i + 1 == self.cfg.probe_layer:
-                read = F.layer_norm(x, (self.cfg.d_model,))
-        h = self.ln_f(x)
-        return torch.cat([self.head(h), self.probe(h if read is None else read)], -1) if with_probe else self.head(h)
+        return self.head(self.ln_f(x))
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
         p = self.tok_emb.weight

@@ -1,4 +1,4 @@
-"""Word-level tokenizer over an environment's text protocol (book chapter "The policy as a language model").
+"""Word-level tokenizer over an environment's text protocol (book/part2/00_nested_policies.md).
 
 Environments speak plain text: words separated by single spaces, lines by ``\\n``. The tokenizer maps
 each word of ``env.vocabulary()`` to one id and the line break to the special token ``<nl>``, so an

@@ -1,0 +1,98 @@
+"""Auxiliary losses (book/part3/01_crafting.md): terms added to a phase's loss.
+
+``observation_loss`` (SFT) also predicts the environment's own text in the demonstrations (prompt and
+observations), the look-ups an action needs exercised on more tokens; ``planner_guidance`` (RL) adds the SFT
+loss of the planner's demonstrations of the tasks whose group no sample solved (their centred advantages are
+all zero, so a group algorithm learns nothing from them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from agent_lab.estimators.aggregation import aggregate, reduce_loss
+from agent_lab.estimators.filtering import unsolved_groups
+from agent_lab.plugins import AuxiliaryLoss, register
+from agent_lab.plugins._checks import weight
+from agent_lab.rollout import demonstration_batch
+from agent_lab.update import batch_loss
+
+
+def _environment_tokens(batch) -> torch.Tensor:
+    """``[B, L-1]``: real target tokens the environment wrote (prompt and observations), not the policy."""
+    return batch.attention_mask[:, 1:] & ~batch.action_mask
+
+
+@register
+@dataclass
+class ObservationLoss(AuxiliaryLoss):
+    """SFT loss += ``weight`` * token-mean NLL of the environment's tokens in the demonstrations."""
+
+    weight: float = 1.0
+
+    name: ClassVar[str] = "observation_loss"
+    phase: ClassVar[str] = "sft"
+
+    def __post_init__(self):
+        weight("observation_loss weight (sft_observation_weight)", self.weight)
+
+    def check(self, cfg, world_size):
+        clash = sorted({"recovery_demonstrations", "dagger"} & set(cfg.plugins))
+        if clash:
+            raise ValueError(f"observation_loss cannot be combined with {clash[0]}: the auxiliary loss would learn "
+                             "to predict the off-plan actions; turn one of them off")
+
+    def term(self, run, micro, logprobs, whole, last):
+        num, _ = aggregate(logprobs, _environment_tokens(micro), "token_mean")
+        nll = -reduce_loss(num, _environment_tokens(whole).sum().float())
+        return self.weight * nll, {"observation_nll": float(nll.detach())}
+
+    def describe(self, cfg):
+        return (f"SFT auxiliary loss: + {self.weight} * mean NLL of the environment's tokens (prompt and "
+                "observations) in the demonstrations")
+
+
+@register
+@dataclass
+class PlannerGuidance(AuxiliaryLoss):
+    """RL loss += ``coef`` * SFT loss (token mean) on the planner's demonstration of each unsolved task."""
+
+    coef: float = 0.05
+
+    name: ClassVar[str] = "planner_guidance"
+    phase: ClassVar[str] = "rl"
+
+    def __post_init__(self):
+        weight("planner_guidance coef (guide_coef)", self.coef)
+        self._guide = None
+
+    def check(self, cfg, world_size):
+        algo = cfg.algorithm.build(max_tokens=1)
+        if not (algo.needs_groups and algo.epochs == 1 and algo.minibatches == 1):
+            raise ValueError(f"planner_guidance (guide_coef) adds demonstrations for task groups no sample solved, "
+                             f"which needs a group algorithm with one update per rollout batch; algo "
+                             f"{cfg.algorithm.name!r} is not one: choose rloo, grpo or dr_grpo, or turn it off")
+        if world_size > 1:
+            raise ValueError(f"planner_guidance (guide_coef) runs in one process (workers would disagree on how many "
+                             f"demonstrations they add); got {world_size} workers: turn it off or run without torchrun")
+
+    def prepare(self, run, batch):
+        G = run.cfg.algorithm.group_size
+        unsolved = unsolved_groups(batch.success.float(), G).nonzero().reshape(-1).tolist()
+        self._guide = (demonstration_batch(run.env, run.tok, [batch.tasks[g * G] for g in unsolved], run.device)
+                       if unsolved else None)
+        return {"guided_groups": len(unsolved)}
+
+    def term(self, run, micro, logprobs, whole, last):
+        if not last or self._guide is None:
+            return None, {}
+        guide = self._guide
+        g = batch_loss(run.ddp_model, guide, run.sft_algo.advantages(guide, None), run.sft_algo).loss
+        return self.coef * g, {"guide_nll": float(g.detach())}
+
+    def describe(self, cfg):
+        return (f"planner guidance: loss += {self.coef} * SFT loss (token mean) on the planner's demonstration "
+                "of each task whose group no sample solved")

@@ -1,0 +1,124 @@
+"""Named recipes: the settings that the command line, the benchmarks (``make bench``), the book and the assignment
+share, each defined once here (book/part3/00_number_search.md, book/part3/01_crafting.md).
+
+``recipe("number-search")`` is a :class:`~agent_lab.config.TrainConfig`; keyword overrides replace its fields
+(``recipe("number-search", seed=1)``), as flags given after ``agent-lab train --recipe NAME`` do. ``agent-lab
+recipes`` lists them with their purpose and, when ``make bench`` has measured them on this machine, the
+result it recorded (``bench/results/bench_trainer.json``); the figures live there, not here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent_lab.config import TrainConfig
+
+__all__ = ["Recipe", "RECIPES", "recipe", "default_recipe", "measured"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    purpose: str
+    settings: dict = field(default_factory=dict)  # flat TrainConfig keywords
+    bench: str | None = None  # the benchmark section that runs it ("number-search", "crafting"), if any
+    full_only: bool = False  # run by ``bench_trainer.py --full`` only
+
+    def config(self, **overrides: Any) -> TrainConfig:
+        return TrainConfig(**{**self.settings, **overrides})
+
+
+#: Pure RL from random weights: the candidate mask (only guesses inside the current interval), large groups and a
+#: small entropy bonus, which keeps groups from collapsing onto a sub-optimal split before the optimum is found.
+PURE_RL = dict(env="number-search", steps=600, candidate_mask=True, batch_size=512, group_size=16, entropy_coef=0.03,
+               lr=3e-3, eval_every=5, stop_at_optimum=True)
+#: The crafting recipe: a 0.9M-parameter policy with rotary positions imitates the planner's full-stack plans on worlds
+#: that show their prompt twice; recovery demonstrations and a learning rate annealed to zero in the last SFT
+#: steps; then Dr.GRPO sampling with the candidate mask.
+CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, positions="rope",
+                sft_batch_size=32, sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True,
+                eval_every=0, cpu_threads=0, env_options={"plan": "fetch_full", "reread": True}, sft_slip_prob=0.5)
+
+
+def _crafting(sft_steps: int, slip_from: int, rl_steps: int) -> dict:
+    return dict(CRAFTING, sft_steps=sft_steps, sft_slip_from=slip_from, sft_lr_decay_steps=sft_steps - slip_from,
+                steps=rl_steps)
+
+
+def _pure_rl(algo: str, **extra: Any) -> Recipe:
+    return Recipe(f"number-search/{algo}", f"pure {algo} from random weights with the candidate mask, until the "
+                  "greedy policy reaches the optimum 15/16", dict(PURE_RL, algo=algo, **extra), bench="number-search")
+
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in [
+    Recipe("number-search", "the default: SFT on the planner's demonstrations, then Dr.GRPO, stopping as soon as "
+           "the greedy policy reaches the optimum 15/16",
+           dict(env="number-search", algo="dr_grpo", sft_steps=200, steps=200, sft_batch_size=32, lr=3e-3, d_model=64,
+                n_layers=2, n_heads=4, batch_size=256, group_size=8, eval_every=5, stop_at_optimum=True),
+           bench="number-search"),
+    _pure_rl("dr_grpo"), _pure_rl("grpo"), _pure_rl("rloo"), _pure_rl("reinforce", baseline="running_mean"),
+    _pure_rl("ppo", ppo_epochs=2, minibatches=2), _pure_rl("rest_em", rest_em_epochs=2),
+    Recipe("number-search/sft", "imitation alone: 300 SFT steps on the planner's demonstrations",
+           dict(env="number-search", algo="sft", steps=300, sft_batch_size=32, eval_every=5, stop_at_optimum=True),
+           bench="number-search"),
+    Recipe("number-search/dr_grpo-no-mask", "pure Dr.GRPO without the candidate mask: the policy must discover "
+           "the 'guess <n>' format itself (rarely reaches the optimum within its budget)",
+           dict(PURE_RL, algo="dr_grpo", candidate_mask=False, entropy_coef=0.0, lr=1e-3, steps=2000),
+           bench="number-search", full_only=True),
+    Recipe("number-search/plain", "TrainConfig's defaults: 40 steps of Dr.GRPO from random weights, no cold start, no "
+           "candidate mask (what RL alone does in a short budget; it stays far below the optimum)",
+           dict(env="number-search")),
+    Recipe("crafting-quick", "a smoke run of the crafting recipe: 1500 SFT steps (recovery demonstrations and the "
+           "learning-rate decay from step 1200), then 100 Dr.GRPO steps; too short to meet the crafting target",
+           _crafting(1500, 1200, 100), bench="crafting"),
+    Recipe("crafting-full", "the crafting recipe at full budget: 5800 SFT steps (recovery and decay from step "
+           "5000), then 300 Dr.GRPO steps; the run that measures the crafting target", _crafting(5800, 5000, 300),
+           bench="crafting", full_only=True),
+    Recipe("crafting-long", "the long budget: 9800 SFT steps (recovery and decay from 9000), then 900 Dr.GRPO steps",
+           _crafting(9800, 9000, 900)),
+    Recipe("assignment", "the policy-gradients assignment's graded training run (its TRAIN_BUDGET), run with the "
+           "student's advantage_fn and loss_fn", dict(env="number-search", algo="dr_grpo", seed=0, sft_steps=0,
+                                                      steps=30, batch_size=256, group_size=8, lr=3e-2,
+                                                      candidate_mask=True, eval_every=0)),
+]}
+
+DEFAULT_FOR_ENV = {"number-search": "number-search", "crafting": "crafting-quick"}
+
+
+def recipe(name: str, **overrides: Any) -> TrainConfig:
+    """The configuration of recipe ``name`` with ``overrides`` (flat keywords or sections) applied."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; recipes are {list(RECIPES)} (agent-lab recipes lists them)")
+    return RECIPES[name].config(**overrides)
+
+
+def default_recipe(env: str) -> str:
+    """The recipe ``agent-lab train`` runs for ``env`` when no ``--recipe`` is given."""
+    if env not in DEFAULT_FOR_ENV:
+        raise ValueError(f"no default recipe for env {env!r}; choose one with --recipe ({list(RECIPES)})")
+    return DEFAULT_FOR_ENV[env]
+
+
+def results_file() -> Path:
+    return Path(__file__).resolve().parents[2] / "bench" / "results" / "bench_trainer.json"
+
+
+def measured(path: Path | None = None) -> dict[str, dict]:
+    """What ``bench/bench_trainer.py`` last recorded per recipe (empty when it has not run here)."""
+    path = path or results_file()
+    if not path.exists():
+        return {}
+    out = {}
+    for section in json.loads(path.read_text()).get("sections", {}).values():
+        for row in section.get("rows", []):
+            out[row["recipe"]] = {"summary": row.get("summary"), "date": section.get("date"),
+                                  "machine": _machine_text(section.get("machine") or {}),
+                                  "commit": section.get("commit"), "command": section.get("command")}
+    return out
+
+
+def _machine_text(m: dict) -> str:
+    return f"{m.get('cores')} cores, {m.get('device')}"

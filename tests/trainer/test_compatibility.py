@@ -1,0 +1,100 @@
+"""What the trainer wrote and computed before its redesign still loads and computes the same, bit for bit:
+the assignment's grader-side training run, and runs stopped mid-way by the old code resumed by today's
+(fixtures/README.md says how the files were made)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent_lab.cli import main as cli_main
+from agent_lab.config import TrainConfig
+from agent_lab.envs import make_env
+from agent_lab.evaluation import evaluate, load_checkpoint
+from agent_lab.trainer import train
+from fixtures.make_fixtures import KEYS, digest, dr_grpo_advantages, dr_grpo_loss
+
+FIXTURES = Path(__file__).parent / "fixtures"
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+
+
+def logged(history: list[dict]) -> list[dict]:
+    return [{k: r[k] for k in KEYS if k in r} for r in history]
+
+
+class _Elsewhere(torch.autograd.Function):
+    """A loss whose value and gradient with respect to the log-probs are computed outside autograd (as the
+    grader's proxy computes them in another process): the trainer sees only a 0-dim tensor with a backward."""
+
+    @staticmethod
+    def forward(ctx, logprobs, action_mask, advantages, max_tokens):
+        lp = logprobs.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            value = dr_grpo_loss(lp, action_mask, advantages, max_tokens)
+            (grad,) = torch.autograd.grad(value, lp)
+        ctx.save_for_backward(grad)
+        return value.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return g * grad, None, None, None
+
+
+@pytest.mark.slow
+def test_the_assignments_training_run_gives_todays_numbers_for_the_same_seed():
+    budget = EXPECTED["assignment"]["train_budget"]
+    result = train(TrainConfig(**budget), advantage_fn=dr_grpo_advantages, loss_fn=dr_grpo_loss, progress=False)
+    report = evaluate(result.policy, make_env("number-search", mask_actions=True), "test", "greedy",
+                      tokenizer=result.tokenizer, candidate_mask=True)
+    want = EXPECTED["assignment"]
+    assert logged(result.history) == [{k: r[k] for k in KEYS if k in r} for r in want["history"]]
+    assert report.success == want["greedy_success"] == 14 / 16
+    assert digest(result.policy) == want["weights_sha256"]
+
+
+def test_a_loss_computed_outside_autograd_trains_like_the_same_loss_in_autograd():
+    budget = {**EXPECTED["assignment"]["train_budget"], "steps": 2, "batch_size": 32}
+    plain = train(TrainConfig(**budget), advantage_fn=dr_grpo_advantages, loss_fn=dr_grpo_loss, progress=False)
+    proxy = train(TrainConfig(**budget), advantage_fn=dr_grpo_advantages, progress=False,
+                  loss_fn=lambda lp, m, a, t: _Elsewhere.apply(lp, m, a, t))
+    for k, v in plain.policy.state_dict().items():
+        torch.testing.assert_close(proxy.policy.state_dict()[k], v, atol=1e-7, rtol=1e-6)
+    assert [h["loss"] for h in proxy.history] == pytest.approx([h["loss"] for h in plain.history], abs=1e-7)
+
+
+@pytest.mark.parametrize("name", ["old_run", "old_ppo_run"])
+def test_a_run_stopped_by_the_old_trainer_resumes_into_the_uninterrupted_runs_weights(tmp_path, name):
+    run_dir = tmp_path / name
+    shutil.copytree(FIXTURES / name, run_dir)
+    cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))  # flat, with stop_after
+    resumed = train(cfg, run_dir=str(run_dir), resume=True, progress=False)
+    want = EXPECTED[name]
+    assert logged(resumed.history) == [{k: r[k] for k in KEYS if k in r} for r in want["history"]]
+    assert resumed.episodes == want["episodes"]
+    assert digest(resumed.policy) == want["weights_sha256"], "the resumed weights differ from the old run's"
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == len(want["history"])
+    # the new config.json is nested and loads back to the same settings
+    again = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
+    assert again == cfg.replace(run_dir=str(run_dir), resume=True)
+
+
+def test_an_old_checkpoint_loads_and_evaluates_from_the_command_line(capsys):
+    policy, tok, state = load_checkpoint(FIXTURES / "old_run")
+    assert "probe" not in policy.cfg.to_dict() and state["step"] == 3
+    assert cli_main(["eval", str(FIXTURES / "old_run")]) == 0
+    out = capsys.readouterr().out
+    assert "number-search/test greedy" in out and "planner 0.938" in out
+
+
+def test_removed_settings_load_from_old_files_at_their_default_and_are_refused_otherwise():
+    old = json.loads((FIXTURES / "old_run" / "config.json").read_text())
+    assert TrainConfig.from_dict(old).sft.steps == 2
+    with pytest.raises(ValueError, match="goal-tree probe was removed"):
+        TrainConfig.from_dict({**old, "sft_probe_weight": 1.0})
+    with pytest.raises(ValueError, match=r"train_sft\(config\), then train_rl"):
+        TrainConfig(stop_after=3)

@@ -1,0 +1,178 @@
+"""Every statistic the trainer logs, recomputed exactly on small fixed batches (the table in agent_lab/update.py).
+
+The batches are built by hand: one action token per episode over a vocabulary of three, a "policy" whose logits
+are a parameter, and behaviour log-probs chosen so that the episodes enumerate the behaviour distribution mu
+exactly (token x appears in a share mu(x) of the rows). Then a sample mean over the batch *is* the expectation
+under mu, and the KL statistics must equal the exact KL, not merely a value near it.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from agent_lab.algorithms import make_algorithm
+from agent_lab.rollout import RolloutBatch
+from agent_lab.trainer import rollout_diagnostics, summarise_updates
+from agent_lab.update import gradient_step
+
+MU = [0.5, 0.25, 0.25]  # behaviour distribution, enumerated by 4 rows: tokens 0, 0, 1, 2
+TOKENS = [0, 0, 1, 2]
+
+
+class FixedLogits(torch.nn.Module):
+    """A policy whose teacher-forced logits are one parameter ``[B, L, V]`` (the input is ignored)."""
+
+    def __init__(self, probs: list[list[float]], length: int = 2):
+        super().__init__()
+        z = torch.log(torch.tensor(probs, dtype=torch.float64))[:, None, :].expand(-1, length, -1)
+        self.z = torch.nn.Parameter(z.clone())
+
+    def forward(self, input_ids, attention_mask=None, segment_ids=None):
+        return self.z
+
+
+def one_token_batch(tokens, old_probs, rewards=None, top_p=1.0) -> RolloutBatch:
+    """``B`` episodes of one action token each (target ``tokens[b]`` at position 1); ``old_probs[b]`` the
+    behaviour probability recorded for it."""
+    B, V = len(tokens), 3
+    ids = torch.tensor([[0, t] for t in tokens])
+    r = torch.tensor(rewards if rewards is not None else [1.0] * B, dtype=torch.float64)
+    return RolloutBatch(
+        input_ids=ids, attention_mask=torch.ones(B, 2, dtype=torch.bool),
+        action_mask=torch.ones(B, 1, dtype=torch.bool),
+        old_logprobs=torch.log(torch.tensor(old_probs, dtype=torch.float64))[:, None],
+        turn_ids=torch.zeros(B, 1, dtype=torch.long), allowed_tokens=torch.ones(B, 1, V, dtype=torch.bool),
+        rewards=r[:, None], turn_mask=torch.ones(B, 1, dtype=torch.bool), success=r > 0, episode_return=r,
+        num_turns=torch.ones(B, dtype=torch.long), truncated=torch.zeros(B, dtype=torch.bool),
+        policy_version=torch.zeros(B, dtype=torch.long), top_p=top_p)
+
+
+def step(model, batch, algo, adv, grad_clip=1e9, ref=None):
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    return gradient_step(model, opt, batch, adv, algo, grad_clip=grad_clip, ref_logprobs=ref, sampler_view=True)
+
+
+def kl(p, q):
+    return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def test_kl_to_the_behaviour_policy_is_the_exact_forward_kl_under_enumeration():
+    pi = [0.2, 0.35, 0.45]
+    algo = make_algorithm("dr_grpo", group_size=2, max_tokens=2)
+    stats = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
+                 torch.tensor([0.5, -0.5, 0.5, -0.5], dtype=torch.float64))
+    # E_mu[(rho - 1) - log rho] = KL(mu || pi), since E_mu[rho] = 1; the key says so: KL(mu || pi), k3, on mu
+    assert stats["kl_mu_pi_k3_on_mu"] == pytest.approx(kl(MU, pi), rel=1e-12)
+    chi2_minus_kl = sum(m * m / p for m, p in zip(MU, pi)) - 1 - kl(MU, pi)  # the biased (1/rho - 1) + log rho
+    assert abs(chi2_minus_kl - kl(MU, pi)) > 0.05, "the wrong estimator must be distinguishable here"
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-12)  # E_mu[pi/mu] = 1 exactly
+    assert stats["ratio_max"] == pytest.approx(max(p / m for p, m in zip(pi, MU)), rel=1e-12)
+    assert stats["ratio_min"] == pytest.approx(min(p / m for p, m in zip(pi, MU)), rel=1e-12)
+    assert stats["entropy"] == pytest.approx(-sum(p * math.log(p) for p in pi), rel=1e-12)
+    w = [pi[t] / MU[t] for t in TOKENS]  # one token per episode: the episode weight is its token ratio
+    assert stats["ess_fraction"] == pytest.approx(sum(w) ** 2 / sum(x * x for x in w) / 4, rel=1e-12)
+
+
+def test_kl_to_the_reference_is_the_exact_kl_while_the_policy_is_the_behaviour():
+    ref = [0.6, 0.3, 0.1]
+    ref_lp = torch.log(torch.tensor([ref[t] for t in TOKENS], dtype=torch.float64))[:, None]
+    algo = make_algorithm("ppo", group_size=2, max_tokens=2, kl_coef=0.1)
+    on = step(FixedLogits([MU] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
+              torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), ref=ref_lp)
+    assert on["kl_pi_ref_k3_on_mu"] == pytest.approx(kl(MU, ref), rel=1e-12)  # pi = mu: KL(pi || ref)
+    # off-policy (pi != mu) it is the k3 of (pi, ref) averaged over mu's samples, as its name says
+    pi = [0.2, 0.35, 0.45]
+    off = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
+               torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), ref=ref_lp)
+    want = sum(m * ((r / p - 1) - math.log(r / p)) for m, p, r in zip(MU, pi, ref))
+    assert off["kl_pi_ref_k3_on_mu"] == pytest.approx(want, rel=1e-12)
+
+
+def test_clip_fractions_count_each_sign_of_the_advantage_separately():
+    pi = [0.2, 0.35, 0.45]
+    tokens = [0, 0, 1, 2, 1, 1]  # ratios 0.4, 0.4, 1.4, 1.8, 1.4, 1.4 (clip range [0.8, 1.2])
+    adv = [1.0, -1.0, 1.0, -1.0, -1.0, 1.0]
+    algo = make_algorithm("ppo", group_size=2, max_tokens=2, clip_eps=0.2)
+    stats = step(FixedLogits([pi] * 6), one_token_batch(tokens, [MU[t] for t in tokens]), algo,
+                 torch.tensor(adv, dtype=torch.float64))
+    rho = [pi[t] / MU[t] for t in tokens]
+    pos = [r > 1.2 for r, a in zip(rho, adv) if a > 0]  # A > 0: clipped above 1 + eps
+    neg = [r < 0.8 for r, a in zip(rho, adv) if a < 0]  # A < 0: clipped below 1 - eps
+    assert (stats["clip_frac_pos"], stats["clip_frac_neg"]) == pytest.approx((sum(pos) / 3, sum(neg) / 3))
+    assert (sum(pos), sum(neg)) == (2, 1), "the fixture must tell the two signs apart"
+    assert stats["clip_fraction"] == pytest.approx((sum(pos) + sum(neg)) / 6)
+
+
+def test_gradient_norms_before_and_after_clipping_match_the_closed_form():
+    pi = [0.2, 0.35, 0.45]
+    adv = [0.5, -0.5, 1.5, -1.5]
+    algo = make_algorithm("dr_grpo", group_size=2, max_tokens=3)
+    # loss = -sum_i A_i log pi(x_i) / (B * max_tokens); d loss / d z_i = -A_i (onehot(x_i) - pi) / (B * max_tokens)
+    sq = sum(a * a * sum(((1.0 if k == t else 0.0) - p) ** 2 for k, p in enumerate(pi)) for a, t in zip(adv, TOKENS))
+    norm = math.sqrt(sq) / (4 * 3)
+    batch = one_token_batch(TOKENS, [pi[t] for t in TOKENS])
+    stats = step(FixedLogits([pi] * 4), batch, algo, torch.tensor(adv, dtype=torch.float64), grad_clip=norm / 2)
+    assert stats["grad_norm_before"] == pytest.approx(norm, rel=1e-12)
+    assert stats["grad_norm_after"] == pytest.approx(norm / 2, rel=1e-12)
+    loose = step(FixedLogits([pi] * 4), batch, algo, torch.tensor(adv, dtype=torch.float64), grad_clip=1.0)
+    assert loose["grad_norm_after"] == pytest.approx(norm, rel=1e-12)
+
+
+def test_the_sampler_trainer_gap_is_the_largest_and_mean_log_prob_difference():
+    pi = [0.2, 0.35, 0.45]
+    delta = [1e-3, -2e-3, 0.0, 5e-4]
+    old = [pi[t] * math.exp(d) for t, d in zip(TOKENS, delta)]  # recorded log mu = log pi + delta
+    stats = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, old), make_algorithm("dr_grpo", group_size=2,
+                 max_tokens=2), torch.zeros(4, dtype=torch.float64))
+    assert stats["logprob_gap_max"] == pytest.approx(2e-3, rel=1e-9)
+    assert stats["logprob_gap_mean"] == pytest.approx(sum(map(abs, delta)) / 4, rel=1e-9)
+
+
+def test_the_gap_is_measured_under_the_samplers_own_top_p_while_the_ratio_is_not():
+    pi = [0.6, 0.3, 0.1]  # top_p = 0.8 keeps tokens 0 and 1: the sampler drew from [2/3, 1/3, 0]
+    tokens = [0, 0, 1]
+    stats = step(FixedLogits([pi] * 3), one_token_batch(tokens, [[2 / 3, 1 / 3][t] for t in tokens], top_p=0.8),
+                 make_algorithm("dr_grpo", group_size=3, max_tokens=2), torch.zeros(3, dtype=torch.float64))
+    assert stats["logprob_gap_max"] < 1e-12
+    assert stats["ratio_mean"] == pytest.approx(0.9, rel=1e-12)  # pi / mu = kept mass: PPO's ratio corrects it
+
+
+def test_degenerate_fraction_counts_groups_whose_rewards_are_all_equal():
+    rewards = [1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1]  # groups of 4: equal, mixed, equal, mixed
+    batch = one_token_batch([0] * 16, [0.5] * 16, rewards=[float(r) for r in rewards])
+    row = rollout_diagnostics(SimpleNamespace(cfg=SimpleNamespace(algorithm=SimpleNamespace(group_size=4))), batch,
+                              batch, torch.zeros(16))
+    assert row["degenerate_fraction"] == 0.5 and row["success"] == 8 / 16 and row["reward_mean"] == 8 / 16
+
+
+def test_a_steps_row_takes_the_first_updates_norms_and_gap_and_the_largest_ratio():
+    first = {"ratio_mean": 1.0, "ratio_max": 1.0, "grad_norm_before": 3.0, "grad_norm_after": 1.0,
+             "logprob_gap_max": 1e-7, "logprob_gap_mean": 1e-8, "kl_mu_pi_k3_on_mu": 0.0}
+    later = {"ratio_mean": 1.1, "ratio_max": 1.6, "grad_norm_before": 0.5, "grad_norm_after": 0.5,
+             "kl_mu_pi_k3_on_mu": 0.02}
+    last = {"ratio_mean": 1.2, "ratio_max": 1.4, "grad_norm_before": 0.2, "grad_norm_after": 0.2,
+            "kl_mu_pi_k3_on_mu": 0.03}
+    row = summarise_updates([first, later, last])
+    assert row["ratio_first_epoch"] == 1.0 and row["ratio_max"] == 1.6 and row["ratio_mean"] == 1.2
+    assert row["grad_norm_before"] == 3.0 and row["logprob_gap_max"] == 1e-7 and row["kl_mu_pi_k3_on_mu"] == 0.03
+
+
+def test_ess_weights_each_episode_by_the_product_of_its_token_ratios():
+    pi = [0.2, 0.35, 0.45]
+    pairs = [(0, 1), (2, 2), (1, 0)]  # two action tokens per episode
+    B = len(pairs)
+    batch = one_token_batch([0] * B, [0.5] * B)
+    batch.input_ids = torch.tensor([[0, a, b] for a, b in pairs])
+    batch.attention_mask = torch.ones(B, 3, dtype=torch.bool)
+    batch.action_mask = torch.ones(B, 2, dtype=torch.bool)
+    batch.turn_ids = torch.zeros(B, 2, dtype=torch.long)
+    batch.allowed_tokens = torch.ones(B, 2, 3, dtype=torch.bool)
+    batch.old_logprobs = torch.log(torch.tensor([[MU[a], MU[b]] for a, b in pairs], dtype=torch.float64))
+    stats = step(FixedLogits([pi] * B, length=3), batch, make_algorithm("dr_grpo", group_size=B, max_tokens=2),
+                 torch.zeros(B, dtype=torch.float64))
+    w = [pi[a] / MU[a] * pi[b] / MU[b] for a, b in pairs]
+    assert stats["ess_fraction"] == pytest.approx(sum(w) ** 2 / sum(x * x for x in w) / B, rel=1e-12)
