@@ -78,17 +78,25 @@ def print_row(row: dict) -> None:
 
 def save(section: str, rows: list[dict], command: str) -> None:
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sections": {}}
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=RESULTS.parent.parent, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        rev = None
     data["sections"][section] = {
         "command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "commit": rev, "rows": rows}
+        "commit": commit(), "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(_finite_or_null(data), indent=1) + "\n")
+
+
+def commit() -> str | None:
+    """The checkout's commit, marked when tracked files differ from it."""
+    here = RESULTS.parent.parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (rev + ("+uncommitted" if dirty else "")) or None
 
 
 def _finite_or_null(x):

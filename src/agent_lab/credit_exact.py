@@ -133,7 +133,12 @@ def trained_lm_policy(sft_steps: int = 10, seed: int = 0) -> Callable[[History],
     candidate mask by :func:`lm_policy`."""
     from agent_lab.trainer import train  # late import: only this policy needs the training loop
 
-    result = train(sft_steps=sft_steps, steps=0, seed=seed, eval_every=0, progress=False)
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)  # the trainer's own precision, whatever the caller's default
+    try:
+        result = train(sft_steps=sft_steps, steps=0, seed=seed, eval_every=0, progress=False)
+    finally:
+        torch.set_default_dtype(dtype)
     return lm_policy(result.policy, result.tokenizer)
 
 
