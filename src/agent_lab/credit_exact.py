@@ -1,5 +1,5 @@
 """Exact credit assignment on number search: the true :math:`A^\\pi` of every reachable (history, guess),
-and the turn-level estimators measured against it (book/part2/06_credit_assignment.md, bench/bench_credit.py).
+and the turn-level estimators compared with it (book/part2/06_credit_assignment.md, bench/bench_credit.py).
 
 The pieces, in the order :func:`compare` runs them:
 
@@ -490,7 +490,7 @@ class _Tally:
 
 @dataclass
 class Comparison:
-    """What :func:`compare` measured: ``results[name]`` (see the keys of ``summary``), the exact figures
+    """What :func:`compare` returns: ``results[name]`` (see the keys of ``summary``), the exact figures
     (``exact``: J, the gradient's squared norm, expected turns), the settings, and per estimator the
     per-pair visit counts, mean estimates and exact advantages (``pairs``, for plots)."""
 

@@ -4,7 +4,7 @@ branching Monte Carlo values from saved states, and anchor-state groups.
 Every estimator here produces a ``[B, T]`` per-turn advantage (``turn_mask`` marks the real turns, padding
 at the end of each row) that :func:`turn_to_tokens` places on the ``[B, L-1]`` token grid. Lecture
 section: "Multi-turn credit assignment" (foundations chapter section 14; section 8 for the critic).
-Book: part2/06_credit_assignment.md, where each is measured against the exact advantage of number search.
+Book: part2/06_credit_assignment.md, where each is compared with the exact advantage of number search.
 """
 
 from __future__ import annotations
