@@ -46,12 +46,13 @@ def estimators_for(ks: tuple[int, ...]) -> dict[str, tuple[Estimator, int]]:
 
 
 def run(policy_name: str, table, dp: NumberSearchDP, budget: int, ks: tuple[int, ...], replicates: int,
-        seed: int) -> dict:
+        seed: int, critic_episodes: int) -> dict:
     row = {"policy": policy_name, "budget": budget, "estimators": {}}
     for k in ks:
         chosen = {n: e for n, (e, kk) in estimators_for(ks).items() if kk == k}
         start = time.perf_counter()
-        out = compare(table, dp, budget=budget, k=k, replicates=replicates, seed=seed, estimators=chosen)
+        out = compare(table, dp, budget=budget, k=k, replicates=replicates, seed=seed,
+                      critic_episodes=critic_episodes, estimators=chosen)
         row["estimators"].update(out.results)
         row.setdefault("exact", out.exact)
         row.setdefault("settings", {})[f"k={k}"] = {**out.settings, "seconds": round(time.perf_counter() - start, 1)}
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicates", type=int, default=None, help="override the number of replicate batches")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sft-steps", type=int, default=10, help="supervised steps of the partly trained policy")
+    parser.add_argument("--critic-episodes", type=int, default=2048, help="earlier episodes the critic is fitted on")
     parser.add_argument("--no-save", action="store_true", help="print only")
     args = parser.parse_args(argv)
     plan = FULL if args.full else QUICK
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, policy in reference_policies(dp, args.sft_steps, args.seed).items():
         table = dp.policy_table(policy)
         for budget in plan["budgets"]:
-            rows.append(run(name, table, dp, budget, plan["ks"], replicates, args.seed))
+            rows.append(run(name, table, dp, budget, plan["ks"], replicates, args.seed, args.critic_episodes))
             print_row(rows[-1])
     print(f"\n{time.perf_counter() - start:.0f} s in all")
     if not args.no_save:

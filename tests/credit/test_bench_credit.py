@@ -17,9 +17,9 @@ def test_the_credit_bench_saves_every_policy_and_estimator(tmp_path, monkeypatch
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     monkeypatch.setattr(bench, "RESULTS", tmp_path / "bench_credit.json")
-    assert bench.main(["--replicates", "3", "--sft-steps", "2"]) == 0
+    assert bench.main(["--replicates", "3", "--sft-steps", "2", "--critic-episodes", "128"]) == 0
     section = json.loads((tmp_path / "bench_credit.json").read_text())["sections"]["quick"]
-    assert section["command"] == "python bench/bench_credit.py --replicates 3 --sft-steps 2"
+    assert section["command"] == "python bench/bench_credit.py --replicates 3 --sft-steps 2 --critic-episodes 128"
     assert {"date", "machine", "commit", "rows"} <= set(section)
     policies = [row["policy"] for row in section["rows"]]
     assert policies == ["uniform", "partly trained (SFT 2 steps)", "optimal"]
