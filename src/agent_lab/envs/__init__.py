@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent_lab.envs.base import INVALID_RULES, ReplayMismatch, StepBatch, TextEnv, replay
+from agent_lab.envs.base import INVALID_RULES, ReplayMismatch, StepBatch, TextEnv, replay, replay_prefix
 from agent_lab.envs.crafting import Crafting
 from agent_lab.envs.crafting_world import (
     HELD_OUT_GOALS,
@@ -28,10 +28,12 @@ from agent_lab.envs.number_search import NumberSearch
 from agent_lab.envs.number_search_dp import (
     NumberSearchDP,
     PolicyEvaluation,
+    PolicyTable,
     history_from_log,
     median_policy,
     sequential_policy,
     uniform_consistent_policy,
+    uniform_optimal_policy,
 )
 
 __all__ = [
@@ -42,15 +44,18 @@ __all__ = [
     "Crafting",
     "NumberSearchDP",
     "PolicyEvaluation",
+    "PolicyTable",
     "StepBatch",
     "TextEnv",
     "INVALID_RULES",
     "ReplayMismatch",
     "replay",
+    "replay_prefix",
     "history_from_log",
     "median_policy",
     "sequential_policy",
     "uniform_consistent_policy",
+    "uniform_optimal_policy",
     "LEVELS",
     "HELD_OUT_GOALS",
     "generate_world",

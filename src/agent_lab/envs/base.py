@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "OPEN_ENDED", "ReplayMismatch", "tokens_of", "check_bool",
-           "check_choice", "check_int"]
+__all__ = ["StepBatch", "TextEnv", "INVALID_RULES", "OPEN_ENDED", "ReplayMismatch", "replay", "replay_prefix",
+           "tokens_of", "check_bool", "check_choice", "check_int"]
 
 #: The declared rules for a malformed or impossible action (lecture notes section 3):
 #: ``"spend_turn"`` answers ``invalid`` and uses up one turn; ``"end_episode"`` answers ``invalid``
@@ -312,6 +312,58 @@ class TextEnv(ABC):
         return self._done.copy()
 
 
+def _check_log(episode_log: Any) -> None:
+    if not isinstance(episode_log, dict) or not {"env", "options", "task", "turns"} <= set(episode_log):
+        raise ValueError("episode_log must be a dict from env.episode_logs() with env, options, task and turns")
+
+
+def _replayed(episode_log: dict, turns: int | None, copies: int) -> TextEnv:
+    """A fresh environment of the log's kind: ``copies`` episodes of its task fed its first ``turns`` texts."""
+    from agent_lab.envs import make_env  # late import: the registry imports this module
+
+    _check_log(episode_log)
+    env = make_env(episode_log["env"], **episode_log["options"])
+    env.reset([episode_log["task"]] * copies)
+    for turn in episode_log["turns"][:turns]:
+        if env.done[0]:
+            raise ReplayMismatch("the replayed episode ended before the logged one")
+        env.step([turn["text"]] * copies)
+    return env
+
+
+def _check_turns(logged: list, replayed: list) -> None:
+    """Raise :class:`ReplayMismatch` naming the first turn whose fields differ (both JSON round-tripped)."""
+    for t, (a, b) in enumerate(zip(logged, replayed)):
+        if a != b:
+            diff = {k: (a.get(k), b.get(k)) for k in a if a.get(k) != b.get(k)}
+            raise ReplayMismatch(f"turn {t + 1} differs (logged, replayed): {diff}")
+
+
+def _round_trip(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+def replay_prefix(episode_log: dict, turns: int, copies: int = 1) -> TextEnv:
+    """The saved state before turn ``turns`` of a logged episode, as ``copies`` live episodes to continue.
+
+    A fresh environment (``episode_log["env"]``, ``["options"]``) is reset ``copies`` times on the logged
+    task and fed the first ``turns`` logged texts; the replayed turns must reproduce the logged ones exactly
+    (observations, rewards, executed actions), else :class:`ReplayMismatch`. Every copy is then in the state
+    the logged episode was in before its turn ``turns`` (0-based), hidden information included (number
+    search's target, a crafting world): stepping them with fresh actions samples continuations from that
+    state, which is what branching estimators need (book/part2/06_credit_assignment.md). ``ValueError`` if
+    ``turns`` is outside ``0..len(episode_log["turns"])`` or the episode is already over by then.
+    """
+    _check_log(episode_log)
+    turns = check_int("turns", turns, 0, len(episode_log["turns"]))
+    copies = check_int("copies", copies, 1)
+    env = _replayed(episode_log, turns, copies)
+    _check_turns(_round_trip(episode_log["turns"][:turns]), _round_trip(env.episode_logs()[0]["turns"]))
+    if bool(env.done.all()):
+        raise ValueError(f"the episode is over after {turns} turns: there is no state to continue from")
+    return env
+
+
 def replay(episode_log: dict) -> dict:
     """Re-execute a logged episode from its sampled texts and check that it reproduces exactly.
 
@@ -320,27 +372,14 @@ def replay(episode_log: dict) -> dict:
     by field (after a JSON round trip, so a log read back from disk compares equal). Returns the new log;
     raises :class:`ReplayMismatch` naming the first field that differs.
     """
-    from agent_lab.envs import make_env  # late import: the registry imports this module
-
-    if not isinstance(episode_log, dict) or not {"env", "options", "task", "turns"} <= set(episode_log):
-        raise ValueError("episode_log must be a dict from env.episode_logs() with env, options, task and turns")
-    env = make_env(episode_log["env"], **episode_log["options"])
-    env.reset([episode_log["task"]])
-    for turn in episode_log["turns"]:
-        if env.done[0]:
-            raise ReplayMismatch("the replayed episode ended before the logged one")
-        env.step([turn["text"]])
+    env = _replayed(episode_log, None, 1)
     if episode_log.get("context_full"):
         env.truncate([0])
     new = env.episode_logs()[0]
-    old = json.loads(json.dumps(episode_log))
-    new_rt = json.loads(json.dumps(new))
+    old, new_rt = _round_trip(episode_log), _round_trip(new)
     for key in old:
         if old[key] != new_rt.get(key):
             if key == "turns":
-                for t, (a, b) in enumerate(zip(old["turns"], new_rt["turns"])):
-                    if a != b:
-                        diff = {k: (a.get(k), b.get(k)) for k in a if a.get(k) != b.get(k)}
-                        raise ReplayMismatch(f"turn {t + 1} differs (logged, replayed): {diff}")
+                _check_turns(old["turns"], new_rt["turns"])
             raise ReplayMismatch(f"field {key!r} differs: logged {old[key]!r}, replayed {new_rt.get(key)!r}")
     return new

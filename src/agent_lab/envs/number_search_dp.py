@@ -44,6 +44,7 @@ from agent_lab.envs.base import INVALID_RULES, check_choice, check_int, tokens_o
 __all__ = [
     "NumberSearchDP",
     "PolicyEvaluation",
+    "PolicyTable",
     "FEEDBACK",
     "candidates_after",
     "history_from_log",
@@ -51,6 +52,7 @@ __all__ = [
     "median_policy",
     "sequential_policy",
     "uniform_consistent_policy",
+    "uniform_optimal_policy",
 ]
 
 History = tuple[tuple[int | None, str], ...]
@@ -120,6 +122,66 @@ class PolicyEvaluation:
     per_target_success: np.ndarray
     per_target_return: np.ndarray
     expected_guesses: float
+
+
+@dataclass(frozen=True)
+class PolicyTable:
+    r"""Exact values of one policy at every decision history it reaches, the target uniform on 1..N.
+
+    Row ``i`` is a history ``h`` with fewer than ``k`` turns that the policy reaches with positive
+    probability (depth first, the empty history first); ``index`` maps a history to its row. Per row:
+
+    * ``lo``, ``hi``, ``turn``: the candidate interval ``C(h)`` and ``t = |h|`` (int ``[H]``);
+    * ``occupancy``: :math:`d(h) = P(\text{an episode passes through } h) = \frac{|C(h)|}{N}
+      \prod_{s<t} \pi(a_s \mid h_s)` (float ``[H]``; the expected visits per episode);
+    * ``probs``: :math:`\pi(a \mid h)` (float ``[H, N+1]``; column ``a`` is guess ``a``, column 0 an
+      invalid action);
+    * ``q``: :math:`Q^\pi(h, a)` where :math:`\pi(a \mid h) > 0`, NaN elsewhere (``[H, N+1]``);
+    * ``values``: :math:`V^\pi(h) = \sum_a \pi(a \mid h) Q^\pi(h, a)` (``[H]``);
+    * ``target_values[i]``: :math:`V^\pi(h, z)` for the hidden number ``z = lo..hi`` (float
+      ``[hi - lo + 1]``): the value of the environment's state, which knows ``z``. The posterior of ``z``
+      given ``h`` is uniform on ``C(h)`` (the policy never sees ``z``), so ``values[i]`` is their mean.
+
+    Values are expected returns under the DP's reward (success probabilities for ``reward="binary"``).
+    Book: part2/06_credit_assignment.
+    """
+
+    histories: list
+    index: dict
+    lo: np.ndarray
+    hi: np.ndarray
+    turn: np.ndarray
+    occupancy: np.ndarray
+    probs: np.ndarray
+    q: np.ndarray
+    values: np.ndarray
+    target_values: list
+
+    def __len__(self) -> int:
+        return len(self.histories)
+
+    def row(self, history: History) -> int:
+        """The row of ``history``; ``ValueError`` if the policy never reaches it."""
+        try:
+            return self.index[tuple(history)]
+        except KeyError:
+            raise ValueError(f"history {tuple(history)!r} is not a decision history this policy reaches") from None
+
+    @property
+    def advantages(self) -> np.ndarray:
+        r""":math:`A^\pi(h, a) = Q^\pi(h, a) - V^\pi(h)` (``[H, N+1]``, NaN where :math:`\pi(a \mid h) = 0`)."""
+        return self.q - self.values[:, None]
+
+    def gradient(self) -> np.ndarray:
+        r"""The exact policy gradient with respect to the logits of :math:`\pi(\cdot \mid h)` at each row.
+
+        .. math:: \frac{\partial J}{\partial \theta_{h,a}} = d(h)\, \pi(a \mid h)\, A^\pi(h, a)
+
+        for a softmax :math:`\pi(\cdot \mid h) = \operatorname{softmax}(\theta_{h, \cdot})` with its own
+        logits at every history (the tabular policy; any other parametrisation's gradient is this one
+        multiplied by the Jacobian of the logits). ``[H, N+1]``, 0 off the support.
+        """
+        return self.occupancy[:, None] * self.probs * np.nan_to_num(self.advantages)
 
 
 class NumberSearchDP:
@@ -258,6 +320,68 @@ class NumberSearchDP:
             expected_guesses=float(turns.mean()),
         )
 
+    def policy_table(self, policy: Policy) -> PolicyTable:
+        r"""Exact :math:`V^\pi`, :math:`Q^\pi`, occupancies and state values of ``policy`` (see :class:`PolicyTable`).
+
+        One depth-first pass over the histories the policy reaches, each computing the vector of
+        :math:`V^\pi(h, z)` over the targets ``z`` in ``C(h)``:
+
+        .. math:: V^\pi(h, z) = \sum_a \pi(a \mid h) \big( [a = z] R(t+1) + [a \ne z] V^\pi(h\,(a, o_z(a)), z) \big)
+
+        with :math:`o_z(a)` the answer ``lower``/``higher`` and :math:`V^\pi(h, z) = 0` once ``k`` guesses are
+        spent; :math:`Q^\pi(h, a)` is the same bracket averaged over ``z``. ``policy`` as in
+        :meth:`evaluate_policy` (int guesses, action texts or ``None``; invalid ones follow the invalid rule).
+        """
+        rows: list[tuple] = []
+
+        def visit(history: History, lo: int, hi: int, reach: float) -> np.ndarray:
+            t, size = len(history), hi - lo + 1
+            if t >= self.k:
+                return np.zeros(size)
+            slot = len(rows)
+            rows.append(())
+            probs = np.zeros(self.n + 1)
+            for action, prob in _distribution(policy(history), t).items():
+                probs[self._as_guess(action) or 0] += prob
+            q, value = np.full(self.n + 1, np.nan), np.zeros(size)
+            for col in np.flatnonzero(probs):
+                guess = int(col) or None
+                q_z = self._action_values(history, lo, hi, guess, lambda h, a, b: visit(h, a, b, reach * probs[col]))
+                q[col], value = q_z.mean(), value + probs[col] * q_z
+            rows[slot] = (history, lo, hi, reach * size / self.n, probs, q, value)
+            return value
+
+        visit((), 1, self.n, 1.0)
+        histories = [r[0] for r in rows]
+        return PolicyTable(
+            histories=histories,
+            index={h: i for i, h in enumerate(histories)},
+            lo=np.array([r[1] for r in rows]),
+            hi=np.array([r[2] for r in rows]),
+            turn=np.array([len(r[0]) for r in rows]),
+            occupancy=np.array([r[3] for r in rows]),
+            probs=np.stack([r[4] for r in rows]),
+            q=np.stack([r[5] for r in rows]),
+            values=np.array([r[6].mean() for r in rows]),
+            target_values=[r[6] for r in rows],
+        )
+
+    def _action_values(self, history: History, lo: int, hi: int, guess: int | None, child) -> np.ndarray:
+        """``Q(h, guess, z)`` for ``z = lo..hi``; ``child(history, lo, hi)`` gives ``V`` of a later history."""
+        t = len(history)
+        if guess is None:
+            if self.invalid_action == "end_episode":
+                return np.zeros(hi - lo + 1)
+            return child(history + ((None, "invalid"),), lo, hi)
+        out = np.zeros(hi - lo + 1)
+        if lo <= guess <= hi:
+            out[guess - lo] = self.success_reward(t + 1)
+        if min(hi, guess - 1) >= lo:  # targets below the guess answer "lower"
+            out[: min(hi, guess - 1) - lo + 1] = child(history + ((guess, "lower"),), lo, min(hi, guess - 1))
+        if max(lo, guess + 1) <= hi:  # targets above it answer "higher"
+            out[max(lo, guess + 1) - lo :] = child(history + ((guess, "higher"),), max(lo, guess + 1), hi)
+        return out
+
     def _as_guess(self, action: Any) -> int | None:
         if isinstance(action, str):
             words = tokens_of(action)
@@ -303,5 +427,20 @@ def uniform_consistent_policy(n: int = 16) -> Policy:
     def policy(history: History) -> dict[int, float]:
         lo, hi = candidates_after(history, n)
         return {a: 1.0 / (hi - lo + 1) for a in range(lo, hi + 1)}
+
+    return policy
+
+
+def uniform_optimal_policy(dp: NumberSearchDP) -> Policy:
+    """An optimal policy that is not deterministic: uniform over ``dp.optimal_actions(history)``.
+
+    Every guess it makes is optimal, so :math:`A^\\pi(h, a) = 0` for each of them and its policy gradient is
+    exactly zero, yet its episodes still succeed or fail with the hidden number: what an advantage
+    estimator reports for it is pure noise.
+    """
+
+    def policy(history: History) -> dict[int, float]:
+        best = dp.optimal_actions(history)
+        return {a: 1.0 / len(best) for a in best}
 
     return policy

@@ -9,10 +9,11 @@ maximised; a loss is ``-aggregate(...)``. Functions never modify their inputs. B
 The scalar forms from the lecture live in :mod:`agent_lab.training`; tests check that both agree.
 """
 
-from . import advantages, aggregation, baselines, filtering, logprobs, policy_gradient, returns, shaping, statistics
+from . import advantages, aggregation, baselines, credit, filtering, logprobs, policy_gradient, returns, shaping, statistics
 from .advantages import *  # noqa: F403
 from .aggregation import *  # noqa: F403
 from .baselines import *  # noqa: F403
+from .credit import *  # noqa: F403
 from .filtering import *  # noqa: F403
 from .logprobs import *  # noqa: F403
 from .policy_gradient import *  # noqa: F403
@@ -23,6 +24,7 @@ from .statistics import *  # noqa: F403
 # The public names are each module's __all__, in data-flow order.
 __all__ = [
     name
-    for module in (returns, baselines, advantages, logprobs, policy_gradient, aggregation, filtering, shaping, statistics)
+    for module in (returns, baselines, advantages, credit, logprobs, policy_gradient, aggregation, filtering, shaping,
+                   statistics)
     for name in module.__all__
 ]

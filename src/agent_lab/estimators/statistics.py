@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, check_ndim, group_count, positive_int
+from ._validation import as_float_tensor, as_mask, check_ndim, group_count, positive_int
 
 __all__ = [
     "prob_at_least_one_success",
@@ -23,6 +23,7 @@ __all__ = [
     "per_sample_gradient_norms",
     "top_share",
     "policy_lag",
+    "explained_variance",
 ]
 
 
@@ -171,3 +172,31 @@ def policy_lag(policy_version: Any, current_version: int) -> Tensor:
             f"policy_version must not exceed current_version {current_version}, got {int(policy_version.max())}"
         )
     return lag
+
+
+def explained_variance(predictions: Any, targets: Any, mask: Tensor | None = None) -> Tensor:
+    r"""How much of the targets' variance a critic's predictions explain.
+
+    .. math:: \mathrm{EV} = 1 - \frac{\operatorname{Var}[y - \hat y]}{\operatorname{Var}[y]}
+
+    over the entries inside ``mask`` (all entries by default; both variances over the same entries, so dividing
+    by n or n - 1 does not matter). The residual's variance, not its mean square: a constant offset costs
+    nothing. 1 is a perfect critic (up to a constant), 0 one no better than the targets' mean, and it is
+    negative for a critic worse than that. Constant targets have no variance to explain: the result is
+    NaN then, and for an empty mask. Shapes: ``predictions``, ``targets`` (e.g. values and
+    lambda-returns ``[B, T]``) and ``mask`` of one shape; returns a detached 0-dim tensor.
+    Book: part2/06_credit_assignment, part2/08_diagnostics.
+    """
+    y_hat = as_float_tensor("predictions", predictions).detach()
+    y = as_float_tensor("targets", targets).detach().to(y_hat.dtype)
+    if y.shape != y_hat.shape:
+        raise ValueError(f"targets has shape {tuple(y.shape)} but predictions has shape {tuple(y_hat.shape)}; "
+                         "they must match")
+    keep = torch.ones_like(y, dtype=torch.bool) if mask is None else as_mask("mask", mask, y.shape)
+    y, residual = y[keep], (y - y_hat)[keep]
+    nan = torch.full((), float("nan"), dtype=y_hat.dtype, device=y_hat.device)
+    if y.numel() == 0:
+        return nan
+    var_y = (y - y.mean()).square().mean()
+    var_r = (residual - residual.mean()).square().mean()
+    return torch.where(var_y > 0, 1 - var_r / torch.where(var_y > 0, var_y, torch.ones_like(var_y)), nan)
