@@ -46,12 +46,12 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
             hit = r.reached_optimum_at
             got = hit or {}
             runs.append({"seed": seed, "reached_s": got.get("seconds"), "reached_episodes": got.get("episodes"),
-                         "reached_step": got.get("step"), "run_s": r.seconds, "cpu_s": cpu,
+                         "reached_step": got.get("step"), "steps": len(r.history), "run_s": r.seconds, "cpu_s": cpu,
                          "final_greedy": r.final_eval.success})
             print(f"  {name} seed {seed}: " + (f"optimum at step {got.get('step')}, {got.get('seconds', 0):.1f} s, "
                                                f"{got.get('episodes')} episodes; {cpu:.1f} CPU-s for the whole run"
-                                               if hit else f"not reached in {r.seconds:.0f} s (greedy "
-                                               f"{r.final_eval.success:.3f})"), flush=True)
+                                               if hit else f"not reached in {len(r.history)} steps, {r.seconds:.0f} s "
+                                               f"(greedy {r.final_eval.success:.3f})"), flush=True)
         secs = [x["reached_s"] if x["reached_s"] is not None else float("inf") for x in runs]
         eps = [x["reached_episodes"] if x["reached_episodes"] is not None else float("inf") for x in runs]
         reached = sum(s < float("inf") for s in secs)

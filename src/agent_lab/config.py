@@ -191,9 +191,9 @@ PLUGIN_OF: dict[str, tuple[str, str, Any]] = {
 }
 #: Removed settings: saved files that hold their default still load; anything else is refused with the reason.
 REMOVED: dict[str, tuple[Any, str]] = {
-    "sft_probe_weight": (0.0, "the goal-tree probe was removed (no recipe or chapter used it)"),
-    "sft_probe_scope": ("base", "the goal-tree probe was removed (no recipe or chapter used it)"),
-    "sft_probe_layer": (None, "the goal-tree probe was removed (no recipe or chapter used it)"),
+    "sft_probe_weight": (0.0, "the goal-tree probe was removed (no recipe and no executed chapter cell used it)"),
+    "sft_probe_scope": ("base", "the goal-tree probe was removed (no recipe and no executed chapter cell used it)"),
+    "sft_probe_layer": (None, "the goal-tree probe was removed (no recipe and no executed chapter cell used it)"),
     "stop_after": (None, "a cold start is now a run of its own: train_sft(config), then "
                          "train_rl(config, init=that result)"),
 }
@@ -261,8 +261,12 @@ class TrainConfig:
         """Read :meth:`to_dict`'s form, or the flat form of a ``config.json`` written before the sections."""
         d = dict(d)
         if any(isinstance(d.get(name), dict) for name in SECTIONS):
-            return cls(d.pop("env", "number-search"), d.pop("env_options", None), d.pop("seed", 0),
-                       plugins=d.pop("plugins", None), **{k: SECTIONS[k](**v) for k, v in d.items()})
+            top = (d.pop("env", "number-search"), d.pop("env_options", None), d.pop("seed", 0))
+            plugins = d.pop("plugins", None)
+            unknown = sorted(set(d) - set(SECTIONS))
+            if unknown:
+                raise ValueError(f"unknown config section {unknown[0]!r}; sections are {list(SECTIONS)}")
+            return cls(*top, plugins=plugins, **{k: SECTIONS[k](**v) for k, v in d.items()})
         d.pop("stop_after", None)  # a saved run's own stop point, not a setting of the run
         return cls(**d)
 

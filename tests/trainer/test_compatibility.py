@@ -98,3 +98,10 @@ def test_removed_settings_load_from_old_files_at_their_default_and_are_refused_o
         TrainConfig.from_dict({**old, "sft_probe_weight": 1.0})
     with pytest.raises(ValueError, match=r"train_sft\(config\), then train_rl"):
         TrainConfig(stop_after=3)
+
+
+def test_a_nested_config_with_an_unknown_section_names_it():
+    nested = TrainConfig().to_dict()
+    nested["sampler"] = {"temperature": 1.0}
+    with pytest.raises(ValueError, match="unknown config section 'sampler'"):
+        TrainConfig.from_dict(nested)
