@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
-from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+# checkpoints are read and written by agent_lab.checkpoints; these names stay importable from here
+from agent_lab.checkpoints import CheckpointError, load_checkpoint, model_config, save_checkpoint  # noqa: F401
+from agent_lab.policy import TinyTransformer, WordTokenizer
 from agent_lab.rollout import SamplingConfig, collect_rollouts
 
 
@@ -67,43 +69,6 @@ class EvalReport:
             s += (f"\n  {g}: success {r['success']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] (n={r['n']}), "
                   f"planner {r['optimum']:.3f}")
         return s
-
-
-def save_checkpoint(path: str | Path, policy: TinyTransformer, tokenizer: WordTokenizer, **extra: Any) -> Path:
-    """Write model config, weights, tokenizer and anything in ``extra`` (JSON-like or tensors) to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = {"model_config": policy.cfg.to_dict(), "model": policy.state_dict(), "tokenizer": tokenizer.state_dict()}
-    state.update(extra)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)  # atomic: a crash never leaves half a checkpoint
-    return path
-
-
-def load_checkpoint(path: str | Path, device: str | torch.device = "cpu") -> tuple[TinyTransformer, WordTokenizer, dict]:
-    """Rebuild ``(policy, tokenizer, state)`` from :func:`save_checkpoint`'s file; the policy is in eval mode."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "checkpoint.pt"
-    if not path.exists():
-        raise ValueError(f"checkpoint {str(path)!r} does not exist")
-    state = torch.load(path, map_location=device, weights_only=False)
-    policy = TinyTransformer(model_config(state)).to(device)
-    policy.load_state_dict(state["model"])
-    policy.eval()
-    return policy, WordTokenizer.from_state_dict(state["tokenizer"]), state
-
-
-def model_config(state: dict) -> ModelConfig:
-    """The policy's :class:`ModelConfig` saved in a checkpoint. Checkpoints written before the goal-tree probe was
-    removed carry ``probe=False, probe_layer=None``, which load; one with a probe is refused, naming why."""
-    saved = dict(state["model_config"])
-    probe, probe_layer = saved.pop("probe", False), saved.pop("probe_layer", None)
-    if probe or probe_layer is not None:
-        raise ValueError("this checkpoint's policy has a goal-tree probe head, which was removed; retrain it or load "
-                         "it with agent-lab 6a78790")
-    return ModelConfig(**saved)
 
 
 def _task_group(task: Any) -> Any:

@@ -87,7 +87,7 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
     made, make_env = [], agent_lab.envs.make_env
     monkeypatch.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or make_env(*a, **kw))
     first = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # re-reads by default
-    saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
+    saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=True)
     assert saved["step"] == 3 and saved["config"]["plugins"]["recovery_demonstrations"] == {"prob": 0.5, "from_step": 1}
     assert saved["config"]["env_options"]["reread"] is True
     assert made and all(kw.get("reread") is True for kw in made), "the evaluation must reread as training did"
