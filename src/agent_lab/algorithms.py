@@ -65,7 +65,8 @@ class Algorithm:
     default_objective: ClassVar[str] = "constant"
     needs_groups: ClassVar[bool] = False  # its advantages compare the samples of one task
     uses_rollouts: ClassVar[bool] = True  # False: it trains on demonstrations (SFT)
-    accepts_loss_fn: ClassVar[bool] = True  # a user's REINFORCE-style loss_fn may replace its surrogate
+    #: What a user's ``loss_fn`` receives here: the call :meth:`user_loss` makes.
+    loss_fn_signature: ClassVar[str] = "loss_fn(logprobs, action_mask, advantages, max_tokens)"
     epochs = 1  # passes over each rollout batch (a field where an algorithm makes it an option)
     minibatches = 1  # optimizer steps per pass
 
@@ -88,6 +89,13 @@ class Algorithm:
     def loss_mask(self, batch, advantages: Tensor) -> Tensor:
         """Tokens that enter the loss and its normaliser ``[B, L-1]``: the action mask."""
         return batch.action_mask
+
+    def user_loss(self, loss_fn, logprobs: Tensor, mask: Tensor, batch, advantages: Tensor,
+                  ref_logprobs: Tensor | None) -> tuple[Any, dict]:
+        """Call a user's ``loss_fn`` in place of the surrogate and its normalisation: ``(its result, stats)``.
+        A REINFORCE-style algorithm hands it the token log-probs, the loss mask, the advantages and the
+        constant normaliser's ``max_tokens``."""
+        return loss_fn(logprobs, mask, advantages, self.max_tokens), {}
 
     def describe(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -250,7 +258,8 @@ class PPO(Algorithm):
 
     name: ClassVar[str] = "ppo"
     needs_groups: ClassVar[bool] = True
-    accepts_loss_fn: ClassVar[bool] = False  # its clipped ratio is not a REINFORCE surrogate
+    loss_fn_signature: ClassVar[str] = ("loss_fn(logprobs, old_logprobs, advantages, action_mask, clip_eps, "
+                                        "ref_logprobs, kl_coef) -> (loss, stats)")
 
     def __post_init__(self):
         super().__post_init__()
@@ -276,6 +285,18 @@ class PPO(Algorithm):
             kl = kl_estimate(logprobs, ref_logprobs, kind=self.kl_kind, action_mask=batch.action_mask)
             s = s - self.kl_coef * kl
         return s, stats
+
+    def user_loss(self, loss_fn, logprobs, mask, batch, advantages, ref_logprobs):
+        """A user's whole PPO loss: the behaviour log-probs recorded at sampling, this algorithm's ``clip_eps``
+        and ``kl_coef``, the frozen reference's log-probs (the behaviour's when there is no KL penalty, so the
+        penalty is zero); it returns the loss and a dict of float statistics, logged with a ``user_`` prefix."""
+        ref = ref_logprobs if ref_logprobs is not None else batch.old_logprobs
+        out = loss_fn(logprobs, batch.old_logprobs, advantages, mask, self.clip_eps, ref, self.kl_coef)
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict)):
+            raise ValueError(f"PPO's {self.loss_fn_signature} must return a pair (loss, stats dict), got "
+                             f"{type(out).__name__}")
+        stats = {f"user_{k}": float(v) for k, v in out[1].items() if isinstance(v, (int, float, Tensor))}
+        return out[0], stats
 
     def describe(self):
         kl = (f"minus {self.kl_coef} * KL_{self.kl_kind}(pi || pi_ref) per token, pi_ref = frozen policy when RL "

@@ -128,7 +128,9 @@ def train(config: TrainConfig | None = None, advantage_fn: AdvantageFn | None = 
     Keyword ``overrides`` replace settings (flat keywords such as ``lr=1e-3`` or sections). Student hooks:
     ``advantage_fn(rewards [B], group_size) -> [B]`` replaces the algorithm's advantage; ``loss_fn(logprobs
     [B, L-1], action_mask [B, L-1] bool, advantages [B], max_tokens)`` replaces its surrogate and normalisation
-    and returns the loss (a 0-dim tensor) or a pair ``(numerator, denominator)``. Under DDP the gradient is
+    and returns the loss (a 0-dim tensor) or a pair ``(numerator, denominator)``; for PPO, whose clipped
+    surrogate is not REINFORCE's, it is ``loss_fn(logprobs, old_logprobs, advantages, action_mask, clip_eps,
+    ref_logprobs, kl_coef) -> (loss, stats)`` (each algorithm's ``user_loss`` says). Under DDP the gradient is
     averaged over workers, so a returned loss is exact for a normaliser fixed per sequence (Dr.GRPO's ``B *
     max_tokens``: every worker holds ``B / W`` episodes); a normaliser that depends on the data (a token count)
     must come as the pair, whose denominator is summed over workers (``estimators.reduce_loss``).
@@ -185,10 +187,6 @@ def _prepare(config: TrainConfig | None, overrides: dict, advantage_fn, loss_fn)
     """The run's configuration with ``overrides`` applied, checked in full before any work."""
     cfg = (config or TrainConfig()).replace(**overrides)
     cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
-    algo = cfg.algorithm.build(max_tokens=1)
-    if loss_fn is not None and not algo.accepts_loss_fn:
-        raise ValueError(f"loss_fn replaces the REINFORCE-style surrogate; it cannot be combined with "
-                         f"algo={cfg.algorithm.name!r}")
     if loss_fn is not None and cfg.run.micro_batch_size:
         raise ValueError("micro_batch_size splits the loss's normaliser, which a loss_fn keeps to itself: set "
                          "micro_batch_size=0 with loss_fn")
@@ -528,7 +526,7 @@ def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=N
     if advantage_fn is not None:
         lines.append("advantage: replaced by the user's advantage_fn(rewards, group_size)")
     if loss_fn is not None:
-        lines.append("loss: replaced by the user's loss_fn(logprobs, action_mask, advantages, max_tokens)")
+        lines.append(f"loss: replaced by the user's {run.algo.loss_fn_signature}")
     o = cfg.optimizer
     lines.append(f"optimizer: Adam(lr={o.lr}, betas=(0.9, 0.99), weight_decay={o.weight_decay}); "
                  f"gradient-norm clipping at {o.grad_clip}")

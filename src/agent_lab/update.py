@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -69,13 +69,13 @@ class Forward:
     logprobs: Tensor  # [B, L-1] log pi of each target token, with gradient
     entropy: Tensor  # [B, L-1] detached
     sampler_logprobs: Tensor | None = None  # [B, L-1] detached, under the sampler's transform (top-p included)
+    user_stats: dict = field(default_factory=dict)  # what a user's loss_fn reported (PPO's), logged as it is
 
 
-def student_loss(loss_fn: Callable, logprobs: Tensor, mask: Tensor, advantages: Tensor, max_tokens: int) -> Tensor:
-    """A user's ``loss_fn(logprobs, action_mask, advantages, max_tokens)``: a 0-dim tensor is used as it is
-    (only ``.backward()`` and ``.detach()`` are ever called on it), a pair ``(numerator, denominator)`` is
+def student_loss(loss: Any) -> Tensor:
+    """What a user's ``loss_fn`` returned (called by the algorithm's ``user_loss``): a 0-dim tensor is used as
+    it is (only ``.backward()`` and ``.detach()`` are ever called on it), a pair ``(numerator, denominator)`` is
     normalised over workers by ``reduce_loss``."""
-    loss = loss_fn(logprobs, mask, advantages, max_tokens)
     if isinstance(loss, tuple) and len(loss) == 2 and all(isinstance(x, Tensor) and x.ndim == 0 for x in loss):
         return reduce_loss(*loss)  # the normaliser summed over workers
     if not (isinstance(loss, Tensor) and loss.ndim == 0):
@@ -94,8 +94,10 @@ def batch_loss(model, batch: RolloutBatch, advantages: Tensor, algo, *, entropy_
     mask = algo.loss_mask(batch, advantages)
     with torch.set_grad_enabled(entropy_coef > 0 and torch.is_grad_enabled()):
         ent = entropy_from_logits(z)  # [B, L-1]
+    user_stats: dict = {}
     if loss_fn is not None:
-        loss = student_loss(loss_fn, logprobs, mask, advantages, algo.max_tokens)
+        result, user_stats = algo.user_loss(loss_fn, logprobs, mask, batch, advantages, ref_logprobs)
+        loss = student_loss(result)
     else:
         s, _ = algo.surrogate(logprobs, batch, advantages, ref_logprobs)
         if entropy_coef > 0:
@@ -107,7 +109,7 @@ def batch_loss(model, batch: RolloutBatch, advantages: Tensor, algo, *, entropy_
         with torch.no_grad():
             view = top_p_logprobs(torch.log_softmax(z.detach(), -1), batch.top_p) if batch.top_p < 1 else None
             sampler = logprobs.detach() if view is None else view.gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
-    return Forward(loss, logprobs, ent.detach(), sampler)
+    return Forward(loss, logprobs, ent.detach(), sampler, user_stats)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -206,6 +208,7 @@ def gradient_step(model, optimizer, batch: RolloutBatch, advantages: Tensor, alg
                 f = batch_loss(ddp or model, mb, adv, algo, entropy_coef=entropy_coef, ref_logprobs=ref,
                                loss_fn=loss_fn, denominator=den, sampler_view=sampler_view)
                 loss = f.loss
+                extra.update(f.user_stats)
                 for term in terms:
                     value, st = term(mb, f.logprobs, batch, last)
                     loss = loss if value is None else loss + value

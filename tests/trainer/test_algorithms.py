@@ -163,3 +163,41 @@ def test_the_observation_loss_plugin_adds_the_mean_nll_of_the_environment_tokens
     assert "+ 0.5 * mean NLL of the environment's tokens" in (tmp_path / "m" / "loss.txt").read_text()
     with pytest.raises(ValueError, match="sft_observation_weight"):
         TrainConfig(sft_observation_weight=-1.0)
+
+
+def _user_ppo_loss(logprobs, old_logprobs, advantages, action_mask, clip_eps, ref_logprobs, kl_coef):
+    """A user's whole PPO loss, written out (the crafting assignment's ppo_loss): token mean of
+    -min(rho A, clip(rho) A) + kl_coef * k3(pi || ref)."""
+    mask = action_mask.bool()
+    adv = advantages[:, None].to(logprobs.dtype)
+    ratio = torch.exp(logprobs - old_logprobs)
+    s = torch.min(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    log_r = ref_logprobs - logprobs
+    k3 = torch.expm1(log_r) - log_r
+    n = mask.sum()
+    loss = torch.where(mask, -s + kl_coef * k3, torch.zeros_like(s)).sum() / n
+    return loss, {"kl_ref": float((k3.detach() * mask).sum() / n), "tokens": int(n)}
+
+
+def test_ppo_takes_a_users_whole_loss_and_trains_exactly_like_its_own(tmp_path):
+    """Several epochs and minibatches (so ratios leave 1 and the clip acts), a KL penalty to the reference: the
+    user's loss must see the behaviour log-probs, clip_eps, the reference and kl_coef, in that order."""
+    cfg = {**FAST, "algo": "ppo", "sft_steps": 2, "steps": 3, "ppo_epochs": 3, "minibatches": 2, "kl_coef": 0.1,
+           "clip_eps": 0.1, "objective": "token_mean", "lr": 3e-2}
+    own = train(TrainConfig(**cfg, run_dir=str(tmp_path / "own")), progress=False)
+    user = train(TrainConfig(**cfg, run_dir=str(tmp_path / "user")), loss_fn=_user_ppo_loss, progress=False)
+    for k, v in own.policy.state_dict().items():
+        torch.testing.assert_close(user.policy.state_dict()[k], v, atol=1e-6, rtol=1e-5)
+    rl = [h for h in own.history if h["phase"] == "ppo"]
+    assert max(h["ratio_max"] for h in rl) > 1.1, "the clip range must be left for the test to see the clip"
+    for a, b in zip(rl, [h for h in user.history if h["phase"] == "ppo"]):
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6)
+        assert b["user_kl_ref"] >= 0 and b["user_tokens"] > 0
+    assert "loss_fn(logprobs, old_logprobs, advantages, action_mask, clip_eps" in (tmp_path / "user" /
+                                                                                 "loss.txt").read_text()
+
+
+def test_a_ppo_loss_fn_must_return_loss_and_stats(tmp_path):
+    cfg = {**FAST, "algo": "ppo", "sft_steps": 1, "steps": 1, "run_dir": str(tmp_path)}
+    with pytest.raises(ValueError, match=r"must return a pair \(loss, stats dict\)"):
+        train(TrainConfig(**cfg), loss_fn=lambda *args: _user_ppo_loss(*args)[0], progress=False)
