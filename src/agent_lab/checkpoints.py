@@ -62,14 +62,21 @@ def read_checkpoint(path: str | Path, device: str | torch.device = "cpu", *,
     try:
         state = torch.load(path, map_location=device, weights_only=True)
     except pickle.UnpicklingError as e:
-        reason = str(e).strip().splitlines()[0][:300]
         raise CheckpointError(f"{path}: refused: it holds Python objects that a weights-only load does not build "
-                              f"({reason}). agent-lab never runs code from a checkpoint; {_SAVE_WITH}") from None
+                              f"({_unpickler_reason(e)}). agent-lab never runs code from a checkpoint; "
+                              f"{_SAVE_WITH}") from None
     except Exception as e:  # a damaged archive: torch raises RuntimeError, EOFError, KeyError, ...
         raise CheckpointError(f"{path}: not a readable torch checkpoint ({type(e).__name__}: {str(e)[:200]}); "
                               f"{_SAVE_WITH}") from None
     _check_structure(path, state)
     return state
+
+
+def _unpickler_reason(error: Exception) -> str:
+    """The line of torch's refusal that names what was refused (its first lines advise an unsafe load)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    named = [line for line in lines if "GLOBAL" in line or "Unsupported" in line or "unsupported" in line]
+    return (named or lines or ["no reason given"])[0][:200]
 
 
 def _check_archive(path: Path, max_bytes: int) -> None:

@@ -48,6 +48,15 @@ def _crafting(sft_steps: int, slip_from: int, rl_steps: int) -> dict:
                 steps=rl_steps)
 
 
+def _crafting_assignment() -> dict:
+    """Level 1 only, so a student's run fits a homework budget; PPO with a small KL penalty to the cold start,
+    two epochs of two minibatches, so the student's clip and KL terms act."""
+    settings = dict(_crafting(600, 450, 10), algo="ppo", ppo_epochs=2, minibatches=2, clip_eps=0.2, kl_coef=0.05,
+                    objective="token_mean", batch_size=64, lr=1e-4)
+    settings["env_options"] = {**CRAFTING["env_options"], "train_levels": [1]}
+    return settings
+
+
 def _pure_rl(algo: str, **extra: Any) -> Recipe:
     return Recipe(f"number-search/{algo}", f"pure {algo} from random weights with the candidate mask, until the "
                   "greedy policy reaches the optimum 15/16", dict(PURE_RL, algo=algo, **extra), bench="number-search")
@@ -79,6 +88,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            bench="crafting", full_only=True),
     Recipe("crafting-long", "the long budget: 9800 SFT steps (recovery and decay from 9000), then 900 Dr.GRPO steps",
            _crafting(9800, 9000, 900)),
+    Recipe("crafting-assignment", "the crafting assignment's training run (assignments/source/crafting_agent): "
+           "the crafting recipe's policy on level-1 worlds, 600 SFT steps (recovery and decay from step 450), then "
+           "10 PPO steps with the student's ppo_loss and advantage_fn; graded on private worlds, goals seen and "
+           "held out",
+           _crafting_assignment()),
     Recipe("assignment", "the policy-gradients assignment's graded training run (its TRAIN_BUDGET), run with the "
            "student's advantage_fn and loss_fn", dict(env="number-search", algo="dr_grpo", seed=0, sft_steps=0,
                                                       steps=30, batch_size=256, group_size=8, lr=3e-2,

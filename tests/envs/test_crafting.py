@@ -604,3 +604,20 @@ def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
     assert twice.optimal_success(tasks) == 1.0
     with pytest.raises(ValueError, match="reread"):
         make_env("crafting", reread="yes")
+
+
+def test_private_worlds_come_from_seeds_outside_every_named_split():
+    from agent_lab.envs.crafting_world import HELD_OUT_GOALS
+
+    env = make_env("crafting", train_levels=[1])
+    seeds = [5_000_000 + i for i in range(20)]
+    worlds = env.private_worlds(seeds, 1, "held_out")
+    assert worlds == env.private_worlds(seeds, 1, "held_out"), "the same seeds give the same worlds"
+    assert all(w["level"] == 1 and w["goal"] in HELD_OUT_GOALS for w in worlds)
+    seen = env.private_worlds(seeds, 1, "train")
+    assert all(w["goal"] not in HELD_OUT_GOALS for w in seen) and seen != worlds
+    assert env.optimal_success(worlds) == 1.0
+    with pytest.raises(ValueError, match="private world seeds must be ints >= 4000000"):
+        env.private_worlds([1_000_003], 1)  # a test-split world
+    with pytest.raises(ValueError, match="goals must be one of"):
+        env.private_worlds(seeds, 1, "test")
