@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # make grade SUBMISSIONS=<dir> / make grade-samples: autograde a folder of submissions in the sandbox.
 #   <dir> holds one folder or .zip per student. autograder/samples is a recipe: the sample
-#   submissions are built from the current assignment into autograder/_work/samples first.
+#   submissions of both assignments are built from the current sources (into autograder/_work/samples and
+#   autograder/_work/crafting_agent/samples) and graded, each into its own course folder.
+#   Another assignment: GRADE_ARGS="--assignment crafting_agent --out autograder/_work/crafting_agent".
 # Results: autograder/_work/grades.csv, grades_by_test.csv, course/gradebook.db (nbgrader's),
 #          course/feedback/<student>/policy_gradients/policy_gradients.html, and a summary table.
 # Extra options go to the grader, e.g. GRADE_ARGS="--jobs 1 --cell-timeout 120".
@@ -19,7 +21,12 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 if [ "$(realpath "$dir")" = "$(realpath autograder/samples)" ]; then
     "$PY" -m autograder.samples autograder/_work/samples
-    dir=autograder/_work/samples
+    # shellcheck disable=SC2086
+    "$PY" -m autograder.grade autograder/_work/samples ${GRADE_ARGS:-}
+    "$PY" -m autograder.samples autograder/_work/crafting_agent/samples crafting_agent
+    # shellcheck disable=SC2086
+    exec "$PY" -m autograder.grade autograder/_work/crafting_agent/samples --assignment crafting_agent \
+        --out autograder/_work/crafting_agent ${GRADE_ARGS:-}
 fi
 # shellcheck disable=SC2086
 exec "$PY" -m autograder.grade "$dir" ${GRADE_ARGS:-}

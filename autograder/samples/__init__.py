@@ -1,6 +1,7 @@
 """The bundled sample submissions, built from the assignment at grade time so they never go stale.
 
-``python -m autograder.samples OUT`` writes one folder per student into ``OUT``:
+``python -m autograder.samples OUT [ASSIGNMENT]`` writes one folder per student into ``OUT``. For
+``policy_gradients`` (the default):
 
 * ``reference``: the release with every solution region filled from the source notebook (full marks);
 * ``blank``: the release exactly as students receive it (zero);
@@ -11,6 +12,16 @@
 * ``zipped``: the reference solution handed in as a zip file (the pipeline accepts both forms).
 
 Both buggy students get the other functions right, so their scores show partial credit.
+
+For ``crafting_agent`` (:func:`build_crafting`), each student hands in ``crafting_agent.pt`` beside the notebook:
+
+* ``reference``: every solution, the two written answers, and the policy that the assignment's own training cell
+  trains with the reference solution (seed 0; ``crafting_reference.pt`` here, see ``crafting_reference.json``);
+* ``blank``: the release, no checkpoint (zero);
+* ``observation_mask``: the mask on the input position instead of the target (an observation token's
+  prediction in the loss) and termination bootstrapped like truncation; the reference policy;
+* ``pickled_checkpoint``: the reference notebook with a checkpoint that runs code when unpickled (it would
+  create ``/tmp/agentlab-sample-pickle-ran``): refused unread, zero for the agent, everything else scored.
 """
 from __future__ import annotations
 
@@ -58,12 +69,73 @@ def reinforce_loss(logprobs, action_mask, coefficients):
 }
 
 
+CRAFTING_REFERENCE = Path(__file__).with_name("crafting_reference.pt")
+PICKLE_MARKER = "/tmp/agentlab-sample-pickle-ran"
+_CRAFTING_BUGS = {  # grade id -> (the reference line, its buggy replacement)
+    "transcript_batch": ("return input_ids, attention, written[:, 1:]", "return input_ids, attention, written[:, :-1]"),
+    "turn_returns": ("running = torch.where(terminated.bool(), torch.zeros_like(bootstrap), bootstrap)",
+                     "running = bootstrap"),
+}
+WRITTEN_ANSWERS = {
+    "explain_signal": "In a group whose episodes all got the same reward every advantage is reward minus the group "
+                      "mean, which is 0, so no token of that group moves the loss. degenerate_fraction went from "
+                      "most groups early in RL to fewer at the end; larger groups would give more mixed ones.",
+    "explain_failures": "The agent fetched one ingredient too few and then tried to craft, got 'invalid' and ran "
+                        "out of steps; per-turn credit would blame the craft turn rather than every turn.",
+}
+
+
+class _RunsCode:
+    """A checkpoint payload that runs a shell command when unpickled (what a weights-only load refuses)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {PICKLE_MARKER}",))
+
+
+def build_crafting(out: Path, source_nb: nbformat.NotebookNode, release_nb: nbformat.NotebookNode,
+                   name: str) -> list[Path]:
+    """The crafting assignment's sample submissions (see the module docstring) in ``out`` (replacing it)."""
+    import torch
+
+    if not CRAFTING_REFERENCE.is_file():
+        raise ValueError(f"{CRAFTING_REFERENCE} is missing: regenerate it with the command in crafting_reference.json")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    solutions = solution_sources(source_nb)
+    answered = {**solutions, **WRITTEN_ANSWERS}
+    buggy = dict(answered)
+    for gid, (right, wrong) in _CRAFTING_BUGS.items():
+        if right not in buggy[gid]:
+            raise ValueError(f"the {gid} solution has no line {right!r} to break")
+        buggy[gid] = buggy[gid].replace(right, wrong)
+    students = {"reference": (answered, "reference"), "blank": ({}, None),
+                "observation_mask": (buggy, "reference"), "pickled_checkpoint": (answered, "pickle")}
+    entries = []
+    for student, (bodies, checkpoint) in students.items():
+        folder = out / student
+        folder.mkdir()
+        nbformat.write(fill(release_nb, bodies) if bodies else release_nb, folder / f"{name}.ipynb")
+        if checkpoint == "reference":
+            shutil.copyfile(CRAFTING_REFERENCE, folder / "crafting_agent.pt")
+        elif checkpoint == "pickle":
+            state = torch.load(CRAFTING_REFERENCE, weights_only=True)
+            torch.save({**state, "config": _RunsCode()}, folder / "crafting_agent.pt")
+        entries.append(folder)
+    return entries
+
+
+BUILDERS = {"policy_gradients": "build", "crafting_agent": "build_crafting"}
+
+
 def solution_sources(source_nb: nbformat.NotebookNode) -> dict[str, str]:
     """grade_id -> the source notebook's solution cell with the solution markers removed."""
     out = {}
     for cell in source_nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") and cell.cell_type == "code":
+        if meta.get("solution") and cell.cell_type == "code" and "grade_id" in meta:
             out[meta["grade_id"]] = SOLUTION_BLOCK.sub(lambda m: m.group(1), cell.source)
     return out
 

@@ -50,6 +50,7 @@ class Score:
     messages: dict[str, str] = field(default_factory=dict)
     points: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    records: list = field(default_factory=list)  # (table, row) pairs the tests recorded
 
     @property
     def total(self) -> float:
@@ -61,12 +62,13 @@ class Score:
 
 def run_notebook(solutions: dict[str, str] | None = None, *, include_training: bool = False,
                  visible_only: bool = False, cell_timeout: int = 60,
-                 tests: list[runner.TestCell] | None = None, path: pathlib.Path = SOURCE) -> Score:
+                 tests: list[runner.TestCell] | None = None, path: pathlib.Path = SOURCE,
+                 files: dict[str, pathlib.Path] | None = None) -> Score:
     """Grade the source notebook with some answer cells replaced (grade_id -> source).
 
     Without ``include_training`` the training test is left out; with ``visible_only`` the hidden tests are;
     ``tests`` replaces the notebook's tests altogether; ``path`` is the source notebook (the first assignment's
-    by default).
+    by default); ``files`` are the files handed in beside the notebook (none by default).
     """
     source = load_source(path)
     solutions = dict(solutions or {})
@@ -87,11 +89,12 @@ def run_notebook(solutions: dict[str, str] | None = None, *, include_training: b
         session.run_notebook()
         session.check_server()
         outcomes = runner.run_tests(tests, session, runner.interface(source), cell_timeout,
-                                    {TRAINING_TEST: 600})
+                                    {TRAINING_TEST: 600}, files=files or {})
     finally:
         session.close()
     score = Score(notes=session.notes)
     for o in outcomes:
         score.passed[o.grade_id], score.messages[o.grade_id] = o.score >= o.max_score, o.message
         score.points[o.grade_id] = o.score
+        score.records += o.records
     return score

@@ -54,3 +54,10 @@ def test_check_runs_as_a_script_and_fails_on_a_wrong_visible_test(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "square(2) should be 4" in proc.stdout
     assert "visible tests: 0 / 1 points" in proc.stdout
+
+
+def test_the_check_finds_the_release_of_the_notebooks_own_assignment(tmp_path):
+    from autograder.check import RELEASES, release_for
+
+    assert release_for(tmp_path / "crafting_agent.ipynb") == RELEASES / "crafting_agent" / "crafting_agent.ipynb"
+    assert release_for(tmp_path / "my copy.ipynb") == RELEASES / "policy_gradients" / "policy_gradients.ipynb"

@@ -12,7 +12,6 @@ import json
 import os
 import pickle
 import re
-import shutil
 import uuid
 from pathlib import Path
 
@@ -20,13 +19,10 @@ import nbformat
 import pytest
 
 import malicious
+from sandbox_marks import BATCH
 from autograder import grade, sandbox
 
-needs_sandbox = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("bwrap") is None,
-    reason="the grading sandbox needs root and bubblewrap (run `make sysdeps` as root)")
-
-pytestmark = [needs_sandbox, pytest.mark.slow, pytest.mark.xdist_group("autograder")]
+pytestmark = BATCH
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "assignments" / "source"
