@@ -12,7 +12,7 @@ import sys
 import nbformat
 import pytest
 
-from .notebook_runner import ROOT, SOURCE, grade_id, points_by_test
+from .notebook_runner import CRAFTING, ROOT, SOURCE, grade_id, points_by_test
 
 pytestmark = pytest.mark.xdist_group("assignment-release")
 
@@ -37,12 +37,20 @@ def _course_copy(tmp: pathlib.Path) -> pathlib.Path:
     return course
 
 
+def _generate(tmp_path_factory, name: str) -> tuple[pathlib.Path, nbformat.NotebookNode]:
+    course = _course_copy(tmp_path_factory.mktemp("release"))
+    _nbgrader(course, "generate_assignment", name, "--force")
+    return course, nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+
+
 @pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
 def fresh_release(tmp_path_factory) -> tuple[pathlib.Path, nbformat.NotebookNode]:
-    course = _course_copy(tmp_path_factory.mktemp("release"))
-    _nbgrader(course, "generate_assignment", NAME, "--force")
-    path = course / "release" / NAME / f"{NAME}.ipynb"
-    return course, nbformat.read(path, as_version=4)
+    return _generate(tmp_path_factory, NAME)
+
+
+@pytest.fixture(scope="session")
+def fresh_crafting_release(tmp_path_factory) -> tuple[pathlib.Path, nbformat.NotebookNode]:
+    return _generate(tmp_path_factory, "crafting_agent")
 
 
 def _region_lines(text: str, begin: str, end: str) -> list[str]:
@@ -64,20 +72,33 @@ def test_built_release_matches_a_fresh_nbgrader_generation(fresh_release):
     assert _cells(built) == _cells(fresh_release[1]), "the built release is stale: run `make assignments`"
 
 
-def test_release_holds_no_solution_code_and_no_hidden_test(fresh_release):
-    release = fresh_release[1]
+def _assert_nothing_secret(release: nbformat.NotebookNode, source_path: pathlib.Path, stubs: int) -> str:
     text = "\n".join(cell.source for cell in release.cells)
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "_hidden_"):
         assert marker not in text, f"the release contains {marker!r}"
-    source_text = "\n".join(cell.source for cell in nbformat.read(SOURCE, as_version=4).cells)
+    source_text = "\n".join(cell.source for cell in nbformat.read(source_path, as_version=4).cells)
     secret = _region_lines(source_text, "BEGIN SOLUTION", "END SOLUTION")
     secret += _region_lines(source_text, "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
     assert len(secret) > 40  # the check below looks at real code
     public = re.sub(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n.*?### END (SOLUTION|HIDDEN TESTS)", "", source_text, flags=re.S)
     leaked = [line for line in secret if line in text and line not in public]
     assert leaked == [], f"solution or hidden-test lines leaked into the release: {leaked[:5]}"
-    stubs = [c.source for c in release.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
-    assert len(stubs) == 5 and all("raise NotImplementedError()" in s for s in stubs)
+    code_stubs = [c.source for c in release.cells if c.cell_type == "code"
+                  and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    assert len(code_stubs) == stubs and all("raise NotImplementedError()" in s for s in code_stubs)
+    return text
+
+
+def test_release_holds_no_solution_code_and_no_hidden_test(fresh_release):
+    _assert_nothing_secret(fresh_release[1], SOURCE, 5)
+
+
+def test_the_crafting_release_holds_no_solution_hidden_test_mark_scheme_or_private_seed(fresh_crafting_release):
+    text = _assert_nothing_secret(fresh_crafting_release[1], CRAFTING, 5)
+    assert "MARK SCHEME" not in text and "PRIVATE_SEED" not in text and "9_117_680" not in text
+    answers = [c.source for c in fresh_crafting_release[1].cells if c.cell_type == "markdown"
+               and c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    assert answers == ["YOUR ANSWER HERE"] * 2
 
 
 def test_release_keeps_the_fixed_grade_ids_and_points(fresh_release):
