@@ -130,4 +130,4 @@ def _fake_result(cfg):
     from types import SimpleNamespace
 
     return SimpleNamespace(reached_optimum_at={"step": 5, "seconds": 1.5, "episodes": 1280}, seconds=2.0,
-                           final_eval=SimpleNamespace(success=15 / 16))
+                           final_eval=SimpleNamespace(success=15 / 16), history=[{}] * 6)
