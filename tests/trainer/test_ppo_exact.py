@@ -18,7 +18,7 @@ from agent_lab import distributed as D
 from agent_lab.algorithms import KL_PENALTY, make_algorithm
 from agent_lab.estimators import KL_OLD_NEW
 from agent_lab.trainer import Run, TrainConfig, summarise_updates, update
-from agent_lab.update import loss_and_stats
+from agent_lab.update import KL_NEW_REF, loss_and_stats
 
 PI = [0.2, 0.35, 0.45]
 
@@ -35,11 +35,11 @@ def loss_and_row_grads(model, batch, adv, algo, **kw):
 
 
 def test_the_clip_holds_both_signs_flat_with_exact_loss_gradient_and_clip_fractions():
-    # ratios pi / mu: rows 0-1 at 0.4, rows 2-3 at 1.4, rows 4-5 inside [0.8, 1.2] (mu = pi / 1.1), row 6 at 1.8
+    # ratios pi / mu: rows 0-1 at 0.4, rows 2-3 at 1.4, rows 4-5 inside [0.75, 1.25] (mu = pi / 1.1), row 6 at 1.8
     tokens = [0, 0, 1, 1, 2, 0, 2]
     old = [MU[0], MU[0], MU[1], MU[1], PI[2] / 1.1, PI[0] / 1.1, MU[2]]
     adv = [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, -2.0]
-    eps, mt, B = 0.2, 2, len(tokens)
+    eps, mt, B = 0.25, 2, len(tokens)  # not the default 0.2: the setting must reach the clip
     algo = make_algorithm("ppo", group_size=1, max_tokens=mt, clip_eps=eps)
     loss, stats, grads = loss_and_row_grads(FixedLogits([PI] * B), one_token_batch(tokens, old), adv, algo)
     rho = [PI[t] / m for t, m in zip(tokens, old)]
@@ -49,8 +49,8 @@ def test_the_clip_holds_both_signs_flat_with_exact_loss_gradient_and_clip_fracti
     assert loss == pytest.approx(want, rel=1e-12)
     for i, (t, r, a, c) in enumerate(zip(tokens, rho, adv, clipped)):
         # d(rho A)/dz = A rho (onehot(x) - pi); a clipped token's surrogate is flat: no gradient
-        row = torch.zeros(3, dtype=torch.float64) if c else -a * r * (onehot(t) - torch.tensor(PI, dtype=torch.float64)) / (B * mt)
-        torch.testing.assert_close(grads[i], row.to(grads.dtype), rtol=1e-12, atol=1e-15)
+        row = 0.0 if c else -a * r * (onehot(t) - torch.tensor(PI, dtype=torch.float64)) / (B * mt)
+        torch.testing.assert_close(grads[i], row * torch.ones(3, dtype=torch.float64), rtol=1e-12, atol=1e-15)
     assert stats["clip_frac_pos"] == pytest.approx(1 / 3, rel=1e-12)  # A > 0 rows 0, 2, 4: row 2 clipped
     assert stats["clip_frac_neg"] == pytest.approx(1 / 4, rel=1e-12)  # A < 0 rows 1, 3, 5, 6: row 1 clipped
     assert stats["clip_fraction"] == pytest.approx(2 / 7, rel=1e-12)
@@ -64,8 +64,8 @@ def test_the_kl_penalty_has_the_value_and_expected_gradient_its_description_stat
     coef, mt, B = 0.3, 2, len(TOKENS)
     ref_lp = torch.log(torch.tensor([ref[t] for t in TOKENS], dtype=torch.float64))[:, None]
     algo = make_algorithm("ppo", group_size=1, max_tokens=mt, kl_coef=coef, kl_kind=kind)
-    loss, _, grads = loss_and_row_grads(FixedLogits([MU] * B), one_token_batch(TOKENS, [MU[t] for t in TOKENS]),
-                                        [0.0] * B, algo, ref_logprobs=ref_lp)
+    loss, stats, grads = loss_and_row_grads(FixedLogits([MU] * B), one_token_batch(TOKENS, [MU[t] for t in TOKENS]),
+                                            [0.0] * B, algo, ref_logprobs=ref_lp)
     mu, r = torch.tensor(MU, dtype=torch.float64), torch.tensor(ref, dtype=torch.float64)
     kl_pi_ref, log_ratio = kl(MU, ref), (mu / r).log()
     value = {"k1": kl_pi_ref, "k3": kl_pi_ref, "k2": float((mu * log_ratio.square()).sum() / 2)}[kind]
@@ -73,6 +73,7 @@ def test_the_kl_penalty_has_the_value_and_expected_gradient_its_description_stat
     grad_reverse = mu - r  # d KL(ref || pi) / dz
     gradient = {"k1": torch.zeros(3, dtype=torch.float64), "k2": grad_forward, "k3": grad_reverse}[kind]
     assert loss == pytest.approx(coef * value / mt, rel=1e-12)
+    assert stats[KL_NEW_REF] == pytest.approx(kl_pi_ref, rel=1e-12)  # the logged statistic, whatever the kind
     torch.testing.assert_close(grads.sum(0), coef / mt * gradient, rtol=1e-12, atol=1e-15)
     assert (grad_forward - grad_reverse).abs().max() > 0.05, "the two directions must be distinguishable here"
     stated = {"k1": "value KL(pi || pi_ref), expected gradient 0",
