@@ -116,6 +116,8 @@ def test_trainer_bench_runs_exactly_the_recipes_the_cli_lists_and_records_them(m
     bench.main(["--only", "number-search", "--full", "--seeds", "1", "--results", str(results)])
     names = [r["recipe"] for r in __import__("json").loads(results.read_text())["sections"]["number-search"]["rows"]]
     assert names == [n for n, r in RECIPES.items() if r.bench == "number-search"]
+    rows = __import__("json").loads(results.read_text())["sections"]["number-search"]["rows"]
+    assert all(run["steps"] == 5 and run["reached_step"] == 5 for row in rows for run in row["runs"])
     assert [c.to_dict() for c in ran] == [RECIPES[n].config(seed=0, time_limit_s=900.0).to_dict() for n in names]
     monkeypatch.setattr("agent_lab.recipes.results_file", lambda: results)
     capsys.readouterr()
@@ -130,4 +132,4 @@ def _fake_result(cfg):
     from types import SimpleNamespace
 
     return SimpleNamespace(reached_optimum_at={"step": 5, "seconds": 1.5, "episodes": 1280}, seconds=2.0,
-                           final_eval=SimpleNamespace(success=15 / 16))
+                           history=[{"step": k} for k in range(5)], final_eval=SimpleNamespace(success=15 / 16))
