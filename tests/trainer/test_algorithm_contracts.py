@@ -157,3 +157,55 @@ def test_a_students_loss_fn_returns_a_scalar_or_a_numerator_denominator_pair():
             student_loss(fn, lp, mask, adv, 4)
         assert str(err.value) == ("loss_fn must return a 0-dim tensor or a pair (numerator, denominator) of 0-dim "
                                   f"tensors, got {got}")
+
+
+@pytest.mark.parametrize(("objective", "text"), [
+    ("constant", "loss = -sum_ij m_ij s_ij / (B * max_tokens), max_tokens = 5 (a constant: no length weighting)"),
+    ("token_mean", "loss = -sum_ij m_ij s_ij / sum_ij m_ij (token mean over the batch)"),
+    ("seq_mean_token_mean", "loss = -(1/B) sum_i [sum_j m_ij s_ij / sum_j m_ij] (sequence mean of token means)"),
+    ("turn_then_trajectory", "loss = mean over tokens of each turn, then turns, then sequences"),
+])
+def test_each_objective_prints_its_normaliser_word_for_word(objective, text):
+    algo = make_algorithm("dr_grpo", group_size=2, max_tokens=5, objective=objective)
+    assert algo._normaliser() == text and f"; {text}; " in algo.describe()
+
+
+def test_only_ppo_with_a_kl_penalty_needs_a_frozen_reference_and_the_state_round_trips():
+    from agent_lab.algorithms import ALGORITHMS
+
+    needs = {n: make_algorithm(n, group_size=2, max_tokens=1).needs_reference() for n in ALGORITHMS}
+    assert not any(needs.values()), needs
+    assert make_algorithm("ppo", group_size=2, max_tokens=1, kl_coef=0.01).needs_reference()
+    state = AlgoState(baseline_mean=0.25, baseline_count=3)
+    assert state.to_dict() == {"baseline_mean": 0.25, "baseline_count": 3}
+    assert AlgoState(**state.to_dict()) == state
+
+
+def test_rest_em_keeps_episodes_at_its_own_threshold():
+    batch = SimpleNamespace(episode_return=torch.tensor([0.4, 0.5, 0.9, 1.0], dtype=F64))
+    algo = make_algorithm("rest_em", group_size=1, max_tokens=1, threshold=0.5)
+    assert algo.advantages(batch, AlgoState()).tolist() == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_micro_batches_are_consecutive_slices_and_take_trims_the_reference_to_the_rows():
+    from agent_lab.update import micro_batches, take
+
+    assert micro_batches(5, 0) == [slice(0, 5)] and micro_batches(5, 5) == [slice(0, 5)]
+    assert micro_batches(5, 1) == [slice(i, i + 1) for i in range(5)]
+    assert micro_batches(5, 2) == [slice(0, 2), slice(2, 4), slice(4, 5)]
+    b = _padded_batch()  # row 1 is one token shorter: alone it trims to width 2 (one target position)
+    ref = torch.arange(4, dtype=F64).reshape(2, 2)
+    part, adv, part_ref = take(b, torch.tensor([1.0, -1.0], dtype=F64), ref, slice(1, 2))
+    assert part.input_ids.tolist() == [[0, 1]] and adv.tolist() == [-1.0] and part_ref.tolist() == [[2.0]]
+
+
+def test_a_non_finite_gradient_norm_is_reported_and_not_clipped_to_a_number():
+    from agent_lab.update import clip_and_step
+
+    p = torch.nn.Parameter(torch.zeros(2))
+    p.grad = torch.tensor([float("inf"), 1.0])
+    holder = torch.nn.Module()
+    holder.w = p
+    norms = clip_and_step(holder, torch.optim.SGD([p], lr=0.0), 1.0)
+    assert norms["grad_norm_before"] == float("inf")
+    assert norms["grad_norm_after"] != norms["grad_norm_after"], "after clipping an infinite norm: NaN, not 1.0"
