@@ -209,3 +209,42 @@ def test_a_non_finite_gradient_norm_is_reported_and_not_clipped_to_a_number():
     norms = clip_and_step(holder, torch.optim.SGD([p], lr=0.0), 1.0)
     assert norms["grad_norm_before"] == float("inf")
     assert norms["grad_norm_after"] != norms["grad_norm_after"], "after clipping an infinite norm: NaN, not 1.0"
+
+
+def test_the_running_mean_baseline_is_zero_until_a_return_is_seen_then_the_mean_from_one_return_on():
+    algo = make_algorithm("reinforce", group_size=1, max_tokens=1, baseline="running_mean")
+    # a count of 0 means no return seen yet, whatever the stored mean says
+    assert algo.advantages(_turn_batch(), AlgoState(baseline_mean=7.0, baseline_count=0)).tolist() == [3.0, 1.0]
+    assert algo.advantages(_turn_batch(), AlgoState(baseline_mean=0.5, baseline_count=1)).tolist() == [2.5, 0.5]
+
+
+def test_grpo_divides_by_the_std_plus_the_eps_it_prints(monkeypatch):
+    from agent_lab.algorithms import GRPO
+
+    monkeypatch.setattr(GRPO, "EPS", 1e-3)
+    batch = SimpleNamespace(episode_return=torch.tensor([0.0, 2e-3], dtype=F64))  # std 1e-3: A = +-1e-3 / 2e-3
+    assert make_algorithm("grpo", group_size=2, max_tokens=1).advantages(batch, AlgoState()).tolist() == pytest.approx(
+        [-0.5, 0.5], rel=1e-12)
+
+
+def test_a_loss_fn_takes_one_micro_batch_and_refuses_two_with_the_fix_in_the_message():
+    from exact_batches import MU, TOKENS, FixedLogits
+
+    from agent_lab.update import gradient_step
+
+    batch = one_token_batch(TOKENS, [MU[t] for t in TOKENS])
+    model, algo = FixedLogits([MU] * 4), make_algorithm("dr_grpo", group_size=2, max_tokens=1)
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=F64)
+
+    def loss_fn(lp, m, a, t):
+        return -(lp * m * a[:, None]).sum() / t
+
+    out = gradient_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, adv, algo, grad_clip=1e9,
+                        loss_fn=loss_fn)
+    assert out["loss"] == pytest.approx(float(loss_fn(batch.old_logprobs, batch.action_mask, adv, 1)), rel=1e-12)
+    assert "logprob_gap_max" not in out, "the sampler-trainer gap is computed only when asked (first update)"
+    with pytest.raises(ValueError) as err:
+        gradient_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, adv, algo, grad_clip=1e9,
+                      micro_batch_size=2, loss_fn=loss_fn)
+    assert str(err.value) == ("micro_batch_size splits the loss's normaliser, which a loss_fn keeps to itself: "
+                              "set micro_batch_size=0 with loss_fn")
