@@ -1,4 +1,4 @@
-"""The lecture notes' four agent_lab.training examples (seed 000, sections 4-6), verbatim."""
+"""The lecture notes' four agent_lab.training examples (lecture notes sections 4-6), verbatim."""
 
 import pytest
 

@@ -37,6 +37,13 @@ from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforc
 from agent_lab.estimators.returns import reward_to_go
 
 BASELINES = ("none", "constant", "running_mean")
+#: What each KL estimator does as PPO's penalty on the policy's own samples (pi = mu, the first epoch):
+#: the value it averages to and the gradient it gives in expectation (estimators.kl_estimate).
+KL_PENALTY = {
+    "k1": "log pi - log pi_ref: value KL(pi || pi_ref), expected gradient 0",
+    "k2": "(log pi - log pi_ref)^2 / 2: value biased, expected gradient grad KL(pi || pi_ref)",
+    "k3": "r - 1 - log r, r = pi_ref / pi: value KL(pi || pi_ref), expected gradient grad KL(pi_ref || pi)",
+}
 _MASK = ("m_ij = action_mask: 1 on policy-sampled target tokens (action words and the newline ending each "
          "action), 0 on prompt, observations and padding; normalisers are global sums over all workers and "
          "micro-batches")
@@ -248,7 +255,14 @@ class RestEM(Algorithm):
 @dataclass
 class PPO(Algorithm):
     """PPO's clipped surrogate on group-centred advantages (no critic), several epochs per batch, optional
-    KL penalty to a frozen reference policy (the policy when RL starts)."""
+    KL penalty to a frozen reference policy (the policy when RL starts).
+
+    The penalty subtracts ``kl_coef * kl_estimate(log pi, log pi_ref, kl_kind)`` per token of the behaviour
+    policy's samples. Which KL it pulls on depends on the kind (:data:`KL_PENALTY`, from
+    ``estimators.kl_estimate``): with the default k3 its *value* estimates KL(pi || pi_ref) while pi = mu, but
+    its expected *gradient* there is grad KL(pi_ref || pi), the reverse direction; k2 gives grad KL(pi ||
+    pi_ref). After the first epoch the samples are mu's, not pi's, and neither statement holds exactly; the
+    logged ``kl_new_ref_k3_on_old`` reweights by rho and stays unbiased."""
 
     epochs: int = 4
     minibatches: int = 1
@@ -299,8 +313,8 @@ class PPO(Algorithm):
         return out[0], stats
 
     def describe(self):
-        kl = (f"minus {self.kl_coef} * KL_{self.kl_kind}(pi || pi_ref) per token, pi_ref = frozen policy when RL "
-              "starts" if self.kl_coef > 0 else "no KL penalty")
+        kl = (f"minus {self.kl_coef} * {self.kl_kind}(pi, pi_ref) per token of mu's samples, pi_ref = frozen policy "
+              f"when RL starts ({KL_PENALTY[self.kl_kind]})" if self.kl_coef > 0 else "no KL penalty")
         return (f"PPO: A_i = R_i - mean_group R (group_size G = {self.group_size}, contiguous rows; no critic); "
                 f"rho_ij = exp(log pi(x_ij) - log mu(x_ij)) with mu the behaviour log-probs recorded at sampling; "
                 f"s_ij = min(rho A_i, clip(rho, 1-{self.clip_eps}, 1+{self.clip_eps}) A_i) {kl}; "

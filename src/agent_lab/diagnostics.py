@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from agent_lab.update import KL_NEW_REF, KL_OLD_NEW
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of ``curves.png``: its keys, y label and scale. ``low``/``high`` fix the y range where the
@@ -40,7 +42,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("reward", ("reward_mean",), "mean return"),
     Panel("degenerate groups", ("degenerate_fraction",), "share of groups", 0.0, 1.02),
     Panel("entropy", ("entropy",), "nats per action token", 0.0),
-    Panel("KL", ("kl_mu_pi_k3_on_mu", "kl_pi_ref_k3_on_mu"), "nats per token", 0.0, span=1e-2),
+    Panel("KL", (KL_OLD_NEW, KL_NEW_REF), "nats per token", 0.0, span=1e-2),
     Panel("clip fraction", ("clip_fraction", "clip_frac_pos", "clip_frac_neg"), "share of tokens", 0.0, span=0.1),
     Panel("importance ratio", ("ratio_mean", "ratio_max", "ratio_min"), "pi / mu per token", 0.0, span=0.4,
           centre=1.0),
@@ -52,7 +54,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("seconds", ("elapsed_s",), "seconds since start", 0.0),
 )
 #: Legend labels: the direction and sampling distribution of each KL, in symbols.
-LABELS = {"kl_mu_pi_k3_on_mu": "KL(mu||pi), k3 on mu", "kl_pi_ref_k3_on_mu": "KL(pi||ref), k3 on mu",
+LABELS = {KL_OLD_NEW: "KL(old||new), k3 on old", KL_NEW_REF: "KL(new||ref), rho-weighted k3 on old",
           "eval_success": "greedy (held out)", "success": "training batch", "optimum": "planner"}
 
 

@@ -8,14 +8,18 @@ much is held in memory at once: every micro-batch's numerator is divided by the 
 gradient of the unsplit batch for every objective.
 
 Logged statistics (each recomputed exactly in tests/trainer/test_statistics.py); mu is the behaviour policy
-that sampled the batch (its log-probs recorded at sampling), pi the policy being trained, pi_ref the frozen
-reference; means are over policy tokens (``action_mask``), ``rho = pi / mu`` per token:
+that sampled the batch (its log-probs recorded at sampling; "old" in the keys' names), pi the policy being
+trained ("new"), pi_ref the frozen reference; means are over policy tokens (``action_mask``), ``rho = pi / mu``
+per token; each KL key names its direction, its estimator and the policy whose samples it averages over:
 
 ============================  ====================================================================
 ``entropy``                   mean over policy tokens of H(pi(. | x_<j)) under the sampling masks and temperature
 ``ratio_mean/max/min``        mean, max, min of rho
-``kl_mu_pi_k3_on_mu``         KL(mu || pi) per token, k3 estimate (rho - 1) - log rho on mu's samples (unbiased)
-``kl_pi_ref_k3_on_mu``        KL(pi || pi_ref) per token, k3 on mu's samples: unbiased while pi = mu (first update)
+``kl_old_new_k3_on_old``      KL(mu || pi) per token, k3 estimate (rho - 1) - log rho on mu's samples (unbiased; the
+                              statistic PPO's surrogate returns under the same name, estimators.KL_OLD_NEW)
+``kl_new_ref_k3_on_old``      KL(pi || pi_ref) per token: k3 = (r - 1) - log r, r = pi_ref / pi, weighted by rho on
+                              mu's samples; E_mu[rho k3] = E_pi[k3] = KL(pi || pi_ref) at each visited context, at
+                              every epoch (unweighted k3 on mu's samples would be biased once pi != mu)
 ``ess_fraction``              (sum_i w_i)^2 / sum_i w_i^2 / B with w_i = prod_j rho_ij per episode
 ``clip_frac_pos/neg``         PPO: share of tokens with A > 0 (A < 0) whose ratio the clip holds flat
 ``clip_fraction``             PPO: clipped tokens over tokens with A != 0
@@ -39,9 +43,13 @@ from torch import Tensor
 
 from agent_lab.estimators.aggregation import aggregate, reduce_loss
 from agent_lab.estimators.logprobs import entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
+from agent_lab.estimators.policy_gradient import KL_OLD_NEW
 from agent_lab.estimators.statistics import effective_sample_size
 from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, top_p_logprobs
+
+#: The logged key of the KL to the frozen reference: KL(new || ref), estimated on the old policy's samples.
+KL_NEW_REF = "kl_new_ref_k3_on_old"
 
 #: A plug-in's loss term: (micro-batch, its log-probs [b, L-1] with gradient, the whole batch, last micro-batch?)
 #: -> (a 0-dim term added to the loss or None, statistics summed over micro-batches).
@@ -126,7 +134,7 @@ def step_statistics(algo, batch: RolloutBatch, advantages: Tensor, logprobs: Ten
             ratio = log_ratio.exp()[am]
             stats.update(ratio_mean=float(ratio.mean()), ratio_max=float(ratio.max()), ratio_min=float(ratio.min()))
             # kl_estimate(x, y, "k3") = (r - 1) - log r with log r = y - x; here log r = log pi - log mu = log rho
-            stats["kl_mu_pi_k3_on_mu"] = float(kl_estimate(batch.old_logprobs, logprobs, "k3", am).sum() / n_tok)
+            stats[KL_OLD_NEW] = float(kl_estimate(batch.old_logprobs, logprobs, "k3", am).sum() / n_tok)
             stats["ess_fraction"] = float(effective_sample_size(log_ratio.sum(-1), log_weights=True)) / len(am)
             _, ppo = algo.surrogate(logprobs, batch, advantages, ref_logprobs)
             if "clip_frac_pos" in ppo:
@@ -135,8 +143,17 @@ def step_statistics(algo, batch: RolloutBatch, advantages: Tensor, logprobs: Ten
                 stats.update(clip_frac_pos=pos, clip_frac_neg=neg,
                              clip_fraction=(pos * n_pos + neg * n_neg) / max(n_pos + n_neg, 1))
         if ref_logprobs is not None:
-            stats["kl_pi_ref_k3_on_mu"] = float(kl_estimate(logprobs, ref_logprobs, "k3", am).sum() / n_tok)
+            stats[KL_NEW_REF] = kl_to_reference(logprobs, batch.old_logprobs, ref_logprobs, am)
     return stats
+
+
+def kl_to_reference(logprobs: Tensor, old_logprobs: Tensor, ref_logprobs: Tensor, action_mask: Tensor) -> float:
+    """KL(pi || pi_ref) per policy token from tokens sampled by mu: the mean of ``rho * k3`` with ``rho = pi / mu``
+    and ``k3 = (r - 1) - log r``, ``r = pi_ref / pi``. For each context, E_mu[rho k3] = E_pi[k3] = KL(pi || pi_ref)
+    exactly, whether or not pi has moved away from mu (later PPO epochs); while pi = mu, rho = 1."""
+    rho = token_log_ratios(logprobs, old_logprobs, action_mask).exp()
+    k3 = kl_estimate(logprobs, ref_logprobs, "k3", action_mask)  # 0 outside the mask
+    return float((rho * k3).sum() / action_mask.sum().clamp(min=1))
 
 
 def logprob_gap(batch: RolloutBatch, sampler_logprobs: Tensor) -> dict[str, float]:

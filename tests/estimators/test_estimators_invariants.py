@@ -1,4 +1,4 @@
-"""The ten invariants of seed 004 section 19, one named test each, at the level of the estimator layer.
+"""The foundations chapter's ten invariants (section 19), one named test each, at the level of the estimator layer.
 
 Numbering follows the seed. Invariants 4, 9 and 10 are about rollout logging; here we test what the
 estimators can guarantee (they read stored old log-probs as given, never modify inputs, and map turn

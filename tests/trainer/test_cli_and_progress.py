@@ -147,7 +147,7 @@ def test_the_summary_names_the_likely_reason_a_run_ended_below_the_optimum():
 
 def test_curves_draw_constant_panels_on_a_fixed_scale_with_labels_and_legends_off_the_curves():
     rows = [_row(k, ratio_mean=1.0, ratio_max=1.0 + 1e-7, ratio_min=1.0 - 1e-7, ess_fraction=1.0 - 1e-7,
-                 kl_mu_pi_k3_on_mu=1e-14, logprob_gap_max=2e-7, logprob_gap_mean=3e-8, eval_success=0.5,
+                 kl_old_new_k3_on_old=1e-14, kl_new_ref_k3_on_old=0.0, logprob_gap_max=2e-7, logprob_gap_mean=3e-8, eval_success=0.5,
                  optimum=0.9375) for k in range(10)]
     fig = curves_figure(rows)
     axes = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
@@ -156,6 +156,8 @@ def test_curves_draw_constant_panels_on_a_fixed_scale_with_labels_and_legends_of
     assert axes["ESS / B"].get_ylim() == pytest.approx((0.0, 1.02))
     assert axes["KL"].get_ylim()[0] == 0.0 and axes["KL"].get_ylim()[1] >= 1e-2
     assert not axes["importance ratio"].yaxis.get_major_formatter().get_offset(), "no axis offset (1e-6+1)"
+    kl_legend = [t.get_text() for t in axes["KL"].get_legend().get_texts()]
+    assert kl_legend == ["KL(old||new), k3 on old", "KL(new||ref), rho-weighted k3 on old"], "direction and sampler"
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     canvas = FigureCanvasAgg(fig)

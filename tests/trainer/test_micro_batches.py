@@ -59,7 +59,7 @@ def test_micro_batches_give_the_whole_batch_gradient(batches, name, objective):
         for a, b in zip(whole, split):
             torch.testing.assert_close(b, a, atol=1e-6, rtol=0, msg=f"{size}-episode micro-batches change the gradient")
         assert split_stats["loss"] == pytest.approx(stats["loss"], abs=1e-9)
-        for k in ("entropy", "ratio_mean", "ratio_max", "kl_mu_pi_k3_on_mu", "ess_fraction", "clip_fraction"):
+        for k in ("entropy", "ratio_mean", "ratio_max", "kl_old_new_k3_on_old", "ess_fraction", "clip_fraction"):
             if k in stats:
                 assert split_stats[k] == pytest.approx(stats[k], abs=1e-9), k
     if name == "ppo":

@@ -1,4 +1,4 @@
-"""The policy, its KV cache and the rollout tensor contract (seed 004 §9, §18, §19)."""
+"""The policy, its KV cache and the rollout tensor contract (foundations chapter sections 9, 18 and 19)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from toy_env import ToySearch
 
 from agent_lab.envs import make_env
 from agent_lab.envs.base import replay
+from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.policy import WordTokenizer
 from agent_lab.rollout import (
     RolloutBatch,
@@ -18,6 +19,7 @@ from agent_lab.rollout import (
     masked_logprobs,
     top_p_logprobs,
 )
+from agent_lab.update import policy_logits
 
 
 def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
@@ -181,19 +183,22 @@ def test_select_and_concat_preserve_rows():
     assert c.texts == b.texts
 
 
-def test_bf16_autocast_rollout_path_runs_on_cpu_and_keeps_float32_logprobs():
-    # the CUDA run uses the same code under torch.autocast(bfloat16); exercise it on the CPU
+def test_bf16_autocast_rollout_records_float32_logprobs_within_bf16_rounding_of_the_float32_policy():
+    # The CUDA run samples under torch.autocast(bfloat16); on the CPU the same code path runs. Whatever tokens it
+    # drew, their recorded log-probs must be the float32 policy's log-probs of those tokens up to the rounding of
+    # bf16 matmuls (relative 2^-9 on this untrained model's logits, which are of order 1). The log-softmax itself
+    # must stay in float32: taken in bf16, log-probs of magnitude 2-4 move in steps of 2^-6 = 0.016, past 5e-3.
     env = ToySearch()
     tok = WordTokenizer.from_env(env)
     m = tiny_policy(tok)
     b = collect_rollouts(m, tok, env, env.sample_tasks(0, 6), SamplingConfig(), torch.Generator().manual_seed(0),
                          autocast_dtype=torch.bfloat16)
-    assert b.old_logprobs.dtype == torch.float32
-    assert bool(torch.isfinite(b.old_logprobs).all()) and int(b.action_mask.sum()) > 0
-    ref = collect_rollouts(m, tok, env, env.sample_tasks(0, 6), SamplingConfig(), torch.Generator().manual_seed(0))
-    am = b.action_mask & ref.action_mask
-    if torch.equal(b.input_ids, ref.input_ids):  # same samples: bf16 log-probs close to float32 ones
-        torch.testing.assert_close(b.old_logprobs[am], ref.old_logprobs[am], atol=0.1, rtol=0)
+    assert b.old_logprobs.dtype == torch.float32 and int(b.action_mask.sum()) > 0
+    with torch.no_grad():
+        full = token_logprobs(policy_logits(m, b, b.temperature), b.input_ids[:, 1:])
+    am = b.action_mask
+    torch.testing.assert_close(b.old_logprobs[am], full[am], atol=5e-3, rtol=0)
+    assert bool((b.old_logprobs[~am] == 0).all())
 
 
 def test_a_rotary_policy_survives_a_checkpoint_round_trip(tmp_path):

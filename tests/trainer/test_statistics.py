@@ -14,59 +14,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from exact_batches import MU, TOKENS, FixedLogits, kl, one_token_batch, step
+
 from agent_lab.algorithms import make_algorithm
-from agent_lab.rollout import RolloutBatch
+from agent_lab.estimators import KL_OLD_NEW
 from agent_lab.trainer import rollout_diagnostics, summarise_updates
-from agent_lab.update import gradient_step
-
-MU = [0.5, 0.25, 0.25]  # behaviour distribution, enumerated by 4 rows: tokens 0, 0, 1, 2
-TOKENS = [0, 0, 1, 2]
-
-
-class FixedLogits(torch.nn.Module):
-    """A policy whose teacher-forced logits are one parameter ``[B, L, V]`` (the input is ignored)."""
-
-    def __init__(self, probs: list[list[float]], length: int = 2):
-        super().__init__()
-        z = torch.log(torch.tensor(probs, dtype=torch.float64))[:, None, :].expand(-1, length, -1)
-        self.z = torch.nn.Parameter(z.clone())
-
-    def forward(self, input_ids, attention_mask=None, segment_ids=None):
-        return self.z
-
-
-def one_token_batch(tokens, old_probs, rewards=None, top_p=1.0) -> RolloutBatch:
-    """``B`` episodes of one action token each (target ``tokens[b]`` at position 1); ``old_probs[b]`` the
-    behaviour probability recorded for it."""
-    B, V = len(tokens), 3
-    ids = torch.tensor([[0, t] for t in tokens])
-    r = torch.tensor(rewards if rewards is not None else [1.0] * B, dtype=torch.float64)
-    return RolloutBatch(
-        input_ids=ids, attention_mask=torch.ones(B, 2, dtype=torch.bool),
-        action_mask=torch.ones(B, 1, dtype=torch.bool),
-        old_logprobs=torch.log(torch.tensor(old_probs, dtype=torch.float64))[:, None],
-        turn_ids=torch.zeros(B, 1, dtype=torch.long), allowed_tokens=torch.ones(B, 1, V, dtype=torch.bool),
-        rewards=r[:, None], turn_mask=torch.ones(B, 1, dtype=torch.bool), success=r > 0, episode_return=r,
-        num_turns=torch.ones(B, dtype=torch.long), truncated=torch.zeros(B, dtype=torch.bool),
-        policy_version=torch.zeros(B, dtype=torch.long), top_p=top_p)
-
-
-def step(model, batch, algo, adv, grad_clip=1e9, ref=None):
-    opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    return gradient_step(model, opt, batch, adv, algo, grad_clip=grad_clip, ref_logprobs=ref, sampler_view=True)
-
-
-def kl(p, q):
-    return sum(a * math.log(a / b) for a, b in zip(p, q))
-
+from agent_lab.update import KL_NEW_REF
 
 def test_kl_to_the_behaviour_policy_is_the_exact_forward_kl_under_enumeration():
     pi = [0.2, 0.35, 0.45]
     algo = make_algorithm("dr_grpo", group_size=2, max_tokens=2)
     stats = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
                  torch.tensor([0.5, -0.5, 0.5, -0.5], dtype=torch.float64))
-    # E_mu[(rho - 1) - log rho] = KL(mu || pi), since E_mu[rho] = 1; the key says so: KL(mu || pi), k3, on mu
-    assert stats["kl_mu_pi_k3_on_mu"] == pytest.approx(kl(MU, pi), rel=1e-12)
+    # E_mu[(rho - 1) - log rho] = KL(mu || pi), since E_mu[rho] = 1; the key says so: KL(old || new), k3, on old
+    assert stats[KL_OLD_NEW] == pytest.approx(kl(MU, pi), rel=1e-12)
     chi2_minus_kl = sum(m * m / p for m, p in zip(MU, pi)) - 1 - kl(MU, pi)  # the biased (1/rho - 1) + log rho
     assert abs(chi2_minus_kl - kl(MU, pi)) > 0.05, "the wrong estimator must be distinguishable here"
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-12)  # E_mu[pi/mu] = 1 exactly
@@ -77,19 +38,20 @@ def test_kl_to_the_behaviour_policy_is_the_exact_forward_kl_under_enumeration():
     assert stats["ess_fraction"] == pytest.approx(sum(w) ** 2 / sum(x * x for x in w) / 4, rel=1e-12)
 
 
-def test_kl_to_the_reference_is_the_exact_kl_while_the_policy_is_the_behaviour():
+def test_kl_to_the_reference_is_the_exact_kl_of_the_current_policy_on_and_off_policy():
     ref = [0.6, 0.3, 0.1]
     ref_lp = torch.log(torch.tensor([ref[t] for t in TOKENS], dtype=torch.float64))[:, None]
     algo = make_algorithm("ppo", group_size=2, max_tokens=2, kl_coef=0.1)
-    on = step(FixedLogits([MU] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
-              torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), ref=ref_lp)
-    assert on["kl_pi_ref_k3_on_mu"] == pytest.approx(kl(MU, ref), rel=1e-12)  # pi = mu: KL(pi || ref)
-    # off-policy (pi != mu) it is the k3 of (pi, ref) averaged over mu's samples, as its name says
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    on = step(FixedLogits([MU] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo, adv, ref=ref_lp)
+    assert on[KL_NEW_REF] == pytest.approx(kl(MU, ref), rel=1e-12)  # pi = mu: KL(pi || ref)
+    # A later epoch: pi has moved away from mu, the tokens are still mu's. Weighted by rho = pi / mu, the k3
+    # average is KL(pi || ref) exactly; unweighted (what the trainer logged before) it is not.
     pi = [0.2, 0.35, 0.45]
-    off = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo,
-               torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64), ref=ref_lp)
-    want = sum(m * ((r / p - 1) - math.log(r / p)) for m, p, r in zip(MU, pi, ref))
-    assert off["kl_pi_ref_k3_on_mu"] == pytest.approx(want, rel=1e-12)
+    off = step(FixedLogits([pi] * 4), one_token_batch(TOKENS, [MU[t] for t in TOKENS]), algo, adv, ref=ref_lp)
+    assert off[KL_NEW_REF] == pytest.approx(kl(pi, ref), rel=1e-12)
+    unweighted = sum(m * ((r / p - 1) - math.log(r / p)) for m, p, r in zip(MU, pi, ref))
+    assert abs(unweighted - kl(pi, ref)) > 0.1, "the biased statistic must be distinguishable here"
 
 
 def test_clip_fractions_count_each_sign_of_the_advantage_separately():
@@ -151,14 +113,14 @@ def test_degenerate_fraction_counts_groups_whose_rewards_are_all_equal():
 
 def test_a_steps_row_takes_the_first_updates_norms_and_gap_and_the_largest_ratio():
     first = {"ratio_mean": 1.0, "ratio_max": 1.0, "grad_norm_before": 3.0, "grad_norm_after": 1.0,
-             "logprob_gap_max": 1e-7, "logprob_gap_mean": 1e-8, "kl_mu_pi_k3_on_mu": 0.0}
+             "logprob_gap_max": 1e-7, "logprob_gap_mean": 1e-8, KL_OLD_NEW: 0.0}
     later = {"ratio_mean": 1.1, "ratio_max": 1.6, "grad_norm_before": 0.5, "grad_norm_after": 0.5,
-             "kl_mu_pi_k3_on_mu": 0.02}
+             KL_OLD_NEW: 0.02}
     last = {"ratio_mean": 1.2, "ratio_max": 1.4, "grad_norm_before": 0.2, "grad_norm_after": 0.2,
-            "kl_mu_pi_k3_on_mu": 0.03}
+            KL_OLD_NEW: 0.03}
     row = summarise_updates([first, later, last])
     assert row["ratio_first_epoch"] == 1.0 and row["ratio_max"] == 1.6 and row["ratio_mean"] == 1.2
-    assert row["grad_norm_before"] == 3.0 and row["logprob_gap_max"] == 1e-7 and row["kl_mu_pi_k3_on_mu"] == 0.03
+    assert row["grad_norm_before"] == 3.0 and row["logprob_gap_max"] == 1e-7 and row[KL_OLD_NEW] == 0.03
 
 
 def test_ess_weights_each_episode_by_the_product_of_its_token_ratios():

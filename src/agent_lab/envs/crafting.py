@@ -428,7 +428,7 @@ class Crafting(TextEnv):
         return [thought(world), *plan] if self.think and inventory is None else plan
 
     def optimal_success(self, tasks: Sequence[dict]) -> float:
-        """The planner's success rate over ``tasks``, measured by executing its plans (1.0 on valid worlds)."""
+        """The planner's success rate over ``tasks``, found by executing its plans (1.0 on valid worlds)."""
         _, solved = self._play_plans(tasks)
         return sum(solved) / len(solved)
 

@@ -1,6 +1,6 @@
 """Batched torch estimators for RL on LLM agents: each a small pure function with its equation in the docstring.
 
-Tensor contract (seed 004 section 18, see ARCHITECTURE.md): token tensors are ``[B, L-1]`` aligned with the
+Tensor contract (foundations chapter section 18, see ARCHITECTURE.md): token tensors are ``[B, L-1]`` aligned with the
 *target* token ``input_ids[:, 1:]``; ``action_mask`` is 1 on policy-generated targets; turn tensors are
 ``[B, T]`` with a ``turn_mask``; groups are contiguous blocks of ``group_size`` rows. Surrogates are to be
 maximised; a loss is ``-aggregate(...)``. Functions never modify their inputs. Bad input raises

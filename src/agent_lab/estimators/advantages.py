@@ -2,8 +2,8 @@
 
 Group estimators take ``rewards`` ``[B]`` made of contiguous groups of ``group_size`` samples of one task
 (rows ``[g*G, (g+1)*G)``). Turn estimators take padded ``[B, T]`` batches with a ``turn_mask``.
-Lecture sections: "Group-relative advantages" (seed 000 section 6), "Actor-critic and temporal-difference
-residuals" and "Group and leave-one-out baselines" (seed 004 sections 8 and 12).
+Lecture sections: "Group-relative advantages" (lecture notes section 6), "Actor-critic and temporal-difference
+residuals" and "Group and leave-one-out baselines" (foundations chapter sections 8 and 12).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Loss aggregation as named objectives, and the global reduction across workers.
 
-The denominator is part of the objective (seed 004 section 13): token mean, sequence mean, a constant and
+The denominator is part of the objective (foundations chapter section 13): token mean, sequence mean, a constant and
 per-turn averaging weight tokens differently. Every objective is returned as ``(numerator, denominator)``
 so that several workers can sum both and divide once; averaging locally normalised losses is a different
 objective whenever workers hold different token counts. Lecture sections: "Loss normalization and length bias".

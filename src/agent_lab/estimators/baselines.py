@@ -1,8 +1,8 @@
 """Baselines: constant, running mean, variance-optimal constant, leave-one-out and group mean.
 
 A baseline b is subtracted from the return before it multiplies the score. If b does not depend on the
-sampled action the expected gradient is unchanged (seed 000 section 4, seed 004 section 7); only the
-variance moves. Group baselines use the other samples of the same task (seed 004 section 12).
+sampled action the expected gradient is unchanged (lecture notes section 4, foundations chapter section 7); only the
+variance moves. Group baselines use the other samples of the same task (foundations chapter section 12).
 Lecture sections: "Baselines" and "Group-relative advantages".
 """
 
@@ -74,7 +74,7 @@ def optimal_constant_baseline(
     .. math:: b^* = \frac{\mathbb E[R Z^2]}{\mathbb E[Z^2]}
 
     where Z is the score :math:`\nabla_\theta \log \pi_\theta(a \mid h)` along one parameter direction
-    (seed 000 section 4). Because :math:`\mathbb E[Z] = 0` under the sampling policy, minimising the second
+    (lecture notes section 4). Because :math:`\mathbb E[Z] = 0` under the sampling policy, minimising the second
     moment :math:`\mathbb E[(R-b)^2 Z^2]` minimises the variance. ``E`` is the sample mean, or the
     ``weights``-weighted mean when ``weights`` (``[N]``, non-negative, e.g. exact probabilities) is given.
 

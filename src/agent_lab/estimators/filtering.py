@@ -1,7 +1,7 @@
 """Filtering samples before an update.
 
 ReST-EM filtering keeps the successful samples for an SFT-style update, and keeps everything for analysis
-(lecture section "Why SFT, filtered self-training, and RL differ", seed 000 section 2). Dynamic sampling
+(lecture section "Why SFT, filtered self-training, and RL differ", lecture notes section 2). Dynamic sampling
 (DAPO) keeps the task groups whose rewards disagree, the only ones a centred group advantage learns from.
 Planner guidance picks the groups no sample solved, where a group advantage has nothing to learn from.
 """
@@ -50,7 +50,7 @@ def rest_em_filter(
 
     .. math:: \mathcal L_{\text{filter}}(\theta') = -\mathbb E_{\tau \in D^+} \sum_t \log \pi_{\theta'}(a_t \mid h_t)
 
-    (seed 000 section 2; threshold 1 for binary reward). With ``group_size`` and ``max_per_group``, at most
+    (lecture notes section 2; threshold 1 for binary reward). With ``group_size`` and ``max_per_group``, at most
     that many successes per task are kept (the first ones in row order), so easy tasks do not flood the
     dataset. Nothing is dropped from ``scores``: failures are retained for analysis even though the
     filtered loss never trains on them. A batch without successes keeps nothing (the method then learns
@@ -94,7 +94,8 @@ def mixed_group_rows(rewards: Any, group_size: int, n_groups: int) -> Tensor:
     the update always holds ``n_groups * group_size`` rows and its normaliser is unchanged. Shapes: ``rewards``
     ``[B]`` in contiguous groups with ``B >= n_groups * group_size``; returns the row indices, a ``[n_groups *
     group_size]`` long tensor, each group's rows contiguous and in their original order.
-    Book: part3/01_crafting (exercise 11).
+    Used by the dynamic-sampling plug-in (flag ``resample_rounds``, :mod:`agent_lab.plugins.sampling`).
+    Book: part3/01_crafting.md.
     """
     rewards = as_float_tensor("rewards", rewards)
     groups = group_count(rewards, group_size)
@@ -111,10 +112,11 @@ def unsolved_groups(rewards: Any, group_size: int, threshold: float = 1.0) -> Te
     r"""Which task groups no sample solved: ``[n_groups]`` bool, True where :math:`\max_j R_{ij} < \text{threshold}`.
 
     Such a group has centred advantages :math:`A_{ij} = R_{ij} - \bar R_i = 0` for binary rewards, so a group
-    algorithm learns nothing from the task however often it is drawn; the trainer's planner guidance
-    (``TrainConfig.guide_coef``) imitates the planner's demonstration of exactly these tasks. Shapes:
-    ``rewards`` ``[B]`` in contiguous groups of ``group_size`` (pass success as 0/1 to ignore shaping).
-    Book: part3/01_crafting (exercise 13).
+    algorithm learns nothing from the task however often it is drawn; the planner-guidance plug-in (flag
+    ``guide_coef``, :mod:`agent_lab.plugins.losses`) imitates the planner's demonstration of exactly these
+    tasks. Shapes: ``rewards`` ``[B]`` in contiguous groups of ``group_size`` (pass success as 0/1 to ignore
+    shaping).
+    Book: part3/01_crafting.md.
     """
     rewards = as_float_tensor("rewards", rewards)
     groups = group_count(rewards, group_size)

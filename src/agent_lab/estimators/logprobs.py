@@ -1,9 +1,9 @@
 """Token log-probabilities, entropy, token/sequence log-ratios and KL estimators.
 
-Tensor contract (seed 004 section 18): for causal logits ``logits[:, :-1]`` the target is
+Tensor contract (foundations chapter section 18): for causal logits ``logits[:, :-1]`` the target is
 ``input_ids[:, 1:]``; every ``[B, L-1]`` tensor here is aligned with the *target* token.
 Lecture sections: "Importance sampling and policy versions", "KL regularization and the reference policy"
-and "Entropy and exploration" (seed 004 sections 9, 11 and 15).
+and "Entropy and exploration" (foundations chapter sections 9, 11 and 15).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def sequence_log_ratios(
               \qquad \frac{\sum_j m_{ij}\log\rho_{ij}}{\sum_j m_{ij}} \quad (\texttt{"mean"}: \text{geometric mean})
 
     The product ratio is the exact sequence importance weight but has enormous variance on long
-    sequences (seed 004 section 9); the length-normalised geometric mean (GSPO style) is a biased,
+    sequences (foundations chapter section 9); the length-normalised geometric mean (GSPO style) is a biased,
     tamer alternative. A row without action tokens gets 0. Shapes: ``[B, L-1]`` in, ``[B]`` out.
     Book: part2/03_critics_and_importance_sampling.
     """
@@ -147,9 +147,9 @@ def kl_estimate(
     ``kl_estimate(old_logprobs, logprobs)`` on samples from the behaviour policy estimates
     :math:`D_{\mathrm{KL}}(\pi_{\text{old}} \Vert \pi_\theta)` (a statistic: the second argument is detached,
     so no gradient reaches :math:`\theta` that way). On samples from any other policy the
-    average estimates something else (seed 004 section 20): :math:`\mathbb E_p[(1/r - 1) + \log r]`, for
+    average estimates something else (foundations chapter section 20): :math:`\mathbb E_p[(1/r - 1) + \log r]`, for
     instance, is :math:`\chi^2(p \Vert q) - D_{\mathrm{KL}}(p \Vert q)`, not a KL. Summing over a sequence
-    gives the sequence KL; dividing by length changes the objective (seed 004 section 11). Positions outside
+    gives the sequence KL; dividing by length changes the objective (foundations chapter section 11). Positions outside
     ``action_mask`` are 0. Shapes: ``[B, L-1]`` (any equal shapes) in and out. ``ref_logprobs`` is detached.
 
     As a *loss term* (differentiated through ``logprobs`` on tokens sampled from :math:`\pi_\theta`, with no

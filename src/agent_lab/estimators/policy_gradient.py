@@ -3,7 +3,7 @@
 Sign convention: a *surrogate* is the per-token quantity to MAXIMISE; its gradient is the policy-gradient
 estimate. A loss to minimise is ``-aggregate(surrogate, action_mask, objective)`` reduced with
 :func:`agent_lab.estimators.reduce_loss`. Lecture sections: "The score-function identity" and "Baselines",
-"Deriving REINFORCE" and "PPO's clipped surrogate" (seed 000 sections 3-5, seed 004 sections 6 and 10).
+"Deriving REINFORCE" and "PPO's clipped surrogate" (lecture notes sections 3-5, foundations chapter sections 6 and 10).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def ppo_clipped_surrogate(
 
     The ratio is formed in log space from the *stored* ``old_logprobs``. For :math:`\hat A>0` the surrogate
     stops growing once :math:`\rho > 1+\epsilon_{\text{high}}`; for :math:`\hat A<0` once
-    :math:`\rho < 1-\epsilon` (seed 004 section 10). ``clip_eps_high`` defaults to ``clip_eps`` (set it
+    :math:`\rho < 1-\epsilon` (foundations chapter section 10). ``clip_eps_high`` defaults to ``clip_eps`` (set it
     higher for DAPO-style asymmetric clipping). ``ratio_level="sequence"`` uses one ratio per sequence,
     the geometric mean of its token ratios (GSPO style), on every token of the sequence.
 

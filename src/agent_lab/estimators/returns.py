@@ -1,6 +1,7 @@
 """Returns over padded ``[B, T]`` turn batches: reward-to-go and bootstrapped discounted returns.
 
-Seed 000 section 5 (reward-to-go) and seed 004 sections 4 and 8 (returns, termination versus truncation).
+Lecture notes section 5 (reward-to-go) and foundations chapter sections 4 and 8 (returns, termination versus
+truncation).
 Each function's docstring names the book chapter (``book/partN/...``) that explains it.
 """
 

@@ -1,7 +1,7 @@
 """Potential-based reward shaping.
 
-Lecture sections: "Reward-to-go improves temporal credit assignment" (seed 000 section 5) and
-"Multi-turn credit assignment" (seed 004 section 14).
+Lecture sections: "Reward-to-go improves temporal credit assignment" (lecture notes section 5) and
+"Multi-turn credit assignment" (foundations chapter section 14).
 """
 
 from __future__ import annotations

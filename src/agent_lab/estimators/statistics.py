@@ -1,8 +1,8 @@
 """Estimator diagnostics: sparse-reward odds, degenerate groups, ESS, per-sample contributions, policy lag.
 
 Lecture sections: "Trajectories couple a policy to an environment" (P(at least one success)), "The score-function
-identity" (per-sample contribution norms, seed 000 section 3), "Group-relative advantages" (degenerate groups);
-"Estimator diagnostics" (seed 004 section 17).
+identity" (per-sample contribution norms, lecture notes section 3), "Group-relative advantages" (degenerate groups);
+"Estimator diagnostics" (foundations chapter section 17).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def per_sample_gradient_norms(contributions: Tensor, parameters: Iterable[Tensor
 
     ``contributions`` ``[N]`` holds one differentiable scalar per sample, e.g. the per-sequence sum of the
     surrogate, :math:`c_i = A_i \log p_\theta(\tau_i)`, so :math:`g_i = A_i \nabla \log p_\theta(\tau_i)`
-    (seed 000 section 3). One backward pass per sample (a diagnostic, not for every step). Returns ``[N]``,
+    (lecture notes section 3). One backward pass per sample (a diagnostic, not for every step). Returns ``[N]``,
     detached. Parameters a sample does not touch contribute zero.
     Book: part1/03_score_function_reinforce.
     """
@@ -137,7 +137,7 @@ def top_share(values: Any, k: int = 1) -> Tensor:
     r"""Share of the total carried by the k largest entries: :math:`\sum_{\text{top } k} v / \sum v`.
 
     Applied to per-sample gradient norms it shows whether a few rare samples dominate the batch
-    (seed 000 section 3). ``values`` ``[N]`` non-negative, not all zero; ``1 <= k <= N``. Returns 0-dim.
+    (lecture notes section 3). ``values`` ``[N]`` non-negative, not all zero; ``1 <= k <= N``. Returns 0-dim.
     Book: part1/03_score_function_reinforce.
     """
     values = as_float_tensor("values", values)
