@@ -52,3 +52,55 @@ def _finite_or_null(x):
     if isinstance(x, list):
         return [_finite_or_null(v) for v in x]
     return x
+
+
+# ----------------------------------------------------------------------------- reading them back (the results page)
+def load(name: str, directory: Path = RESULTS) -> dict | None:
+    """The sections of ``directory/name`` (``bench_trainer.json``), or None when that benchmark has not run."""
+    path = directory / name
+    return json.loads(path.read_text())["sections"] if path.exists() else None
+
+
+def provenance(section: dict) -> str:
+    """One Markdown line: the command, date, machine and commit that produced a section's figures."""
+    m = section.get("machine") or {}
+    machine = f"{m.get('cores', '?')} cores, device {m.get('device', 'cpu')}"
+    machine += f", torch {m['torch']}" if m.get("torch") else ""
+    return (f"`{section.get('command')}` on {section.get('date')}; {machine}; "
+            f"commit `{section.get('commit') or 'unknown'}`")
+
+
+def flatten(row: dict, prefix: str = "") -> dict:
+    """``{"turn": {"mse": x}}`` -> ``{"turn.mse": x}``; lists are left out (they become tables of their own)."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        elif not isinstance(value, list):
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def cell(value) -> str:
+    """A figure as the page prints it: None (never reached, or not measured) as a dash, floats to 3 decimals."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) >= 1000 or (value and abs(value) < 0.001) else f"{value:.3f}"
+    return str(value).replace("|", "\\|")
+
+
+def markdown_table(rows: list[dict], columns: list[str], headers: list[str] | None = None) -> str:
+    """A Markdown table of ``columns`` (dotted names reach into nested dicts) over ``rows``."""
+    if headers is not None and len(headers) != len(columns):
+        raise ValueError(f"{len(headers)} headers for {len(columns)} columns")
+    flat = [flatten(r) for r in rows]
+    missing = [c for c in columns if not any(c in f for f in flat)]
+    if rows and missing:
+        raise ValueError(f"no row has the column(s) {missing}; the rows have {sorted(set().union(*flat))}")
+    head = headers or columns
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cell(f.get(c)) for c in columns) + " |" for f in flat]
+    return "\n".join(lines)

@@ -14,14 +14,19 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import sys
+from pathlib import Path
 
-import numpy as np
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _results import RESULTS, save_section  # noqa: E402
 
-from agent_lab.envs import make_env
-from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
-from agent_lab.policy.packing import pack_rows, packed_logits
-from agent_lab.rollout import demonstration_batch
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from agent_lab.envs import make_env  # noqa: E402
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer  # noqa: E402
+from agent_lab.policy.packing import pack_rows, packed_logits  # noqa: E402
+from agent_lab.rollout import demonstration_batch  # noqa: E402
 
 
 def step_seconds(model, batch, packed: bool) -> float:
@@ -40,6 +45,7 @@ def main(argv=None) -> dict:
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layers", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--results", type=Path, default=RESULTS / "bench_packing.json", help="where to write the figures")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     env = make_env("crafting")
@@ -67,6 +73,10 @@ def main(argv=None) -> dict:
     print(f"  rows            {args.batch} padded -> {res['rows_packed']:.0f} packed (median)")
     print(f"  forward+backward {res['padded_s']:7.3f} s padded, {res['packed_s']:.3f} s packed -> {res['speedup']:.2f}x")
     print(f"  largest logit difference {gap:.1e} (rounding)")
+    settings = {"batch": args.batch, "batches": args.batches, "d_model": args.d_model, "n_layers": args.n_layers,
+                "threads": args.threads}
+    save_section(args.results, "crafting-sft", [{**settings, **res}],
+                 " ".join(["python bench/bench_packing.py", *(sys.argv[1:] if argv is None else argv)]))
     return res
 
 

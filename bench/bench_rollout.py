@@ -16,12 +16,17 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import sys
+from pathlib import Path
 
-import torch
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _results import RESULTS, save_section  # noqa: E402
 
-from agent_lab.envs import make_env
-from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
-from agent_lab.rollout import SamplingConfig, collect_rollouts
+import torch  # noqa: E402
+
+from agent_lab.envs import make_env  # noqa: E402
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer  # noqa: E402
+from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
 
 
 def timed(fn, repeats: int):
@@ -40,6 +45,7 @@ def main(argv=None) -> dict:
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--n-layers", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--results", type=Path, default=RESULTS / "bench_rollout.json", help="where to write the figures")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     env = make_env("crafting", train_levels=[4])  # the deepest worlds: long budgets, ~250-token episodes
@@ -73,6 +79,9 @@ def main(argv=None) -> dict:
     print(f"  no cache        {t_full:8.3f} s  {res['no_cache_tok_per_s']:10.0f} tokens/s")
     print(f"  speed-up        {res['speedup']:8.1f} x   (target >= 5x; identical samples: {same})")
     print(f"  one forward     {t_fwd:8.3f} s  -> rollout / forward = {res['rollout_over_forward']:.1f} x (target <= 3x)")
+    settings = {"batch": args.batch, "d_model": args.d_model, "n_layers": args.n_layers, "threads": args.threads}
+    save_section(args.results, "crafting", [{**settings, **res}],
+                 " ".join(["python bench/bench_rollout.py", *(sys.argv[1:] if argv is None else argv)]))
     return res
 
 

@@ -5,7 +5,8 @@
 #    raise-on-error (any cell error fails it).
 #  * No stale outputs: notebook outputs are cached by jupyter-cache, keyed by each notebook's code
 #    cells. The cache is additionally keyed here by a hash of every src/agent_lab/**/*.py file (and the
-#    book's _config.yml and pyproject.toml): when that hash changes the whole cache is wiped, so every chapter runs again
+#    book's _config.yml, pyproject.toml, and the benchmark figures and the committed policy under bench/results/, with their reader
+#    bench/_results.py, which the results page renders): when that hash changes the whole cache is wiped, so every chapter runs again
 #    against the new package. Sphinx itself always re-reads every page (--all), so warnings are
 #    reported on every build, not only on the first.
 #  * Parallel: uncached chapters are executed by a pool of AGENT_LAB_BOOK_JOBS workers (default nproc)
@@ -52,7 +53,8 @@ fi
 
 # --- 2. execution cache keyed by the package source ---------------------------------------------
 source_hash=$(
-  { find "$SOURCE" -name '*.py' -print0 | sort -z | xargs -0 sha256sum; sha256sum "$BOOK/_config.yml" pyproject.toml; } \
+  { find "$SOURCE" -name '*.py' -print0 | sort -z | xargs -0 sha256sum; sha256sum "$BOOK/_config.yml" pyproject.toml;
+    find bench/_results.py bench/results -type f -print0 2>/dev/null | sort -z | xargs -0 -r sha256sum; } \
     | sha256sum | cut -d' ' -f1
 )
 if [ "${AGENT_LAB_BOOK_FORCE:-0}" = "1" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$source_hash" ]; then

@@ -1,8 +1,10 @@
-"""Command line: ``agent-lab tour | train | recipes | eval``.
+"""Command line: ``agent-lab tour | train | recipes | eval | check``.
 
 ``agent-lab train`` with no options runs the default recipe for its environment (number search: an SFT cold
 start, then Dr.GRPO, stopping at the planner's optimum; ``--env crafting``: the quick crafting recipe).
 ``--recipe NAME`` picks another (``agent-lab recipes`` lists them); every other flag overrides one setting of it.
+``agent-lab check NOTEBOOK`` runs an assignment notebook's visible tests the way the grader does, from wherever
+the notebook is.
 """
 
 from __future__ import annotations
@@ -179,6 +181,73 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def release_from_copy(nb: Any) -> Any:
+    """The released notebook, rebuilt from a student's copy of it.
+
+    nbgrader locks the release's test and read-only cells and records each locked cell's checksum in its
+    metadata; a copy carries those cells verbatim, so the copy itself can stand in for the release once every
+    locked cell still matches its checksum. That needs no repository and no release folder, and it checks
+    exactly the tests the student was given (the grader always uses its own release). A locked cell that was
+    edited is refused, naming the cell, instead of silently running a changed test.
+    """
+    from nbgrader.utils import compute_checksum, is_locked
+
+    changed, tests = [], 0
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta or not is_locked(cell):
+            continue
+        tests += bool(meta.get("grade")) and not meta.get("solution")
+        if "checksum" not in meta or compute_checksum(cell) != meta["checksum"]:
+            changed.append(meta.get("grade_id", f"a {cell.cell_type} cell"))
+    if changed:
+        raise ValueError(f"locked cell(s) {changed} differ from the release (their nbgrader checksums do not "
+                         "match): restore them from the released notebook, or pass --release RELEASED.ipynb")
+    if not tests:
+        raise ValueError("this notebook has no nbgrader test cells: is it an assignment notebook as released?")
+    return nb
+
+
+def _check(args: argparse.Namespace) -> int:
+    import math
+    import time
+    from pathlib import Path
+
+    import nbformat
+
+    from agent_lab.grading.check import check_notebook
+
+    path = Path(args.notebook)
+    if not path.is_file():
+        raise ValueError(f"{path} is not a file (give the notebook's path, e.g. policy_gradients.ipynb)")
+    source = Path(args.release) if args.release else path
+    try:
+        release = nbformat.read(source, as_version=4)
+    except Exception as exc:  # noqa: BLE001 -- nbformat raises several kinds for a file that is no notebook
+        raise ValueError(f"{source} is not a readable notebook ({exc})") from None
+    if not args.release:
+        release = release_from_copy(release)
+    start = time.monotonic()
+    skip = tuple(args.skip) + (TRAINING if args.skip_training else ())
+    skipped = tuple(c.metadata["nbgrader"]["grade_id"] for c in release.cells
+                    if c.metadata.get("nbgrader", {}).get("grade_id", "").startswith(skip)) if skip else ()
+    lines, notes = check_notebook(path, release, skip=skipped)
+    for note in notes:
+        print("note:", note)
+    width = max(len(line.grade_id) for line in lines)
+    for line in lines:
+        shown = "  --" if math.isnan(line.score) else f"{line.score:4g}"
+        print(f"{line.grade_id:<{width}}  {shown} / {line.points:g}  {line.message}")
+    ran = [line for line in lines if not math.isnan(line.score)]
+    print(f"\nvisible tests: {sum(x.score for x in ran):g} / {sum(x.points for x in ran):g} points "
+          f"({time.monotonic() - start:.0f} s)")
+    return 1 if any(x.score < x.points for x in ran) else 0
+
+
+#: ``--skip-training`` skips the tests named so: the assignments' training runs (a minute or more each).
+TRAINING = ("test_train",)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-lab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,12 +268,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="override an environment option of the checkpoint, e.g. --env-option eval_size=600")
     pe.add_argument("--mask", action=argparse.BooleanOptionalAction, default=None,
                     help="decode with the candidate mask (default: as the checkpoint was trained)")
+    pc = sub.add_parser("check", help="run an assignment notebook's visible tests the way the grader does")
+    pc.add_argument("notebook", help="your notebook, e.g. policy_gradients.ipynb")
+    pc.add_argument("--skip-training", action="store_true",
+                    help="skip the training tests (names starting with test_train; they take minutes)")
+    pc.add_argument("--skip", action="append", default=[], metavar="GRADE_ID",
+                    help="skip the tests whose name starts with GRADE_ID (repeatable)")
+    pc.add_argument("--release", default=None,
+                    help="the released notebook to take the tests from (default: the locked cells of NOTEBOOK, "
+                         "verified against their nbgrader checksums)")
     args = parser.parse_args(argv)
     if args.command == "tour":
         tour()
         return 0
     try:
-        return {"train": _train, "recipes": _recipes, "eval": _eval}[args.command](args)
+        return {"train": _train, "recipes": _recipes, "eval": _eval, "check": _check}[args.command](args)
     except ValueError as e:  # bad configuration: one clear line, no traceback
         print(f"agent-lab {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -36,7 +36,11 @@ def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float,
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p_hat = 0 or 1 one bound is exactly 0 or 1; in floating point centre -/+ half can miss it by an ulp,
+    # and an interval must contain the observed proportion.
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == n else min(1.0, centre + half)
+    return lo, hi
 
 
 @dataclass

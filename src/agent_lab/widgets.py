@@ -73,6 +73,9 @@ __all__ = [
 STATIC_ENV_VAR = "AGENT_LAB_STATIC_WIDGETS"
 
 _MODES = ("auto", "live", "static")
+#: Two-panel figures: about the width of the book's text column (7 inches at the inline backend's dpi), so they are shown at
+#: their own size and 10-point ticks stay 10 points on the page instead of shrinking with the image.
+FIGSIZE_TWO_PANELS = (7.0, 3.2)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -211,14 +214,14 @@ def two_action_estimate_distribution(
 def baseline_figure(p: float = 0.25, baseline: float = 0.0, rewards: tuple[float, float] = (1.0, 0.0)) -> Figure:
     """Two panels: the estimate's distribution at ``baseline``, and its variance against the baseline."""
     d = two_action_estimate_distribution(p, baseline, rewards)
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE_TWO_PANELS)
     labels = [f"A (prob {d['probs'][0]:.3g})", f"B (prob {d['probs'][1]:.3g})"]
     ax0.bar(labels, d["values"], color=["tab:blue", "tab:red"], alpha=0.8)
     ax0.axhline(d["true_gradient"], color="k", ls="--", lw=1, label=f"true gradient {d['true_gradient']:.4g}")
     ax0.axhline(0.0, color="0.6", lw=0.8)
     ax0.set_ylabel("one-sample estimate")
-    ax0.set_title(f"p = {p:.3g}, b = {baseline:.3g}: mean {d['mean']:.4g}, var {d['variance']:.4g}")
-    ax0.legend(loc="best", fontsize=8)
+    ax0.set_title(f"p = {p:.4g}, b = {baseline:.3g}: mean {d['mean']:.4g}, var {d['variance']:.4g}", fontsize=10)
+    ax0.legend(loc="best", fontsize=9)
     lo = min(-0.5, baseline - 0.25, d["optimal_baseline"] - 0.25)
     hi = max(1.5, baseline + 0.25, d["optimal_baseline"] + 0.25)
     grid = [lo + (hi - lo) * i / 200 for i in range(201)]
@@ -227,8 +230,8 @@ def baseline_figure(p: float = 0.25, baseline: float = 0.0, rewards: tuple[float
     ax1.axvline(d["optimal_baseline"], color="tab:purple", ls=":", lw=1.5, label=f"b* = {d['optimal_baseline']:.3g}")
     ax1.set_xlabel("baseline b")
     ax1.set_ylabel("variance of the estimate")
-    ax1.set_title("variance against the baseline")
-    ax1.legend(loc="best", fontsize=8)
+    ax1.set_title("variance against the baseline", fontsize=10)
+    ax1.legend(loc="best", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -340,7 +343,7 @@ def degenerate_group_summary(p: float, group_size: int, tasks: int = 100) -> dic
 def degenerate_group_figure(p: float = 0.01, group_size: int = 8, sizes: Sequence[int] = (2, 4, 8, 16, 64)) -> Figure:
     """P(degenerate) against p for several group sizes, with the chosen (p, G) marked."""
     s = degenerate_group_summary(p, group_size)
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=FIGSIZE_TWO_PANELS)
     grid = [i / 400 for i in range(401)]
     for g in sorted(set(sizes) | {group_size}):
         ax0.plot(grid, [degenerate_binary_group_probability(x, g) for x in grid], lw=2 if g == group_size else 1,
@@ -348,13 +351,13 @@ def degenerate_group_figure(p: float = 0.01, group_size: int = 8, sizes: Sequenc
     ax0.plot([p], [s["degenerate"]], "ko")
     ax0.set_xlabel("success probability p")
     ax0.set_ylabel("P(all rewards equal)")
-    ax0.set_title(f"p = {p:.3g}, G = {group_size}: P(degenerate) = {s['degenerate']:.4g}")
-    ax0.legend(fontsize=8)
+    ax0.set_title(f"p = {p:.4g}, G = {group_size}: P(degenerate) = {s['degenerate']:.4g}", fontsize=10)
+    ax0.legend(fontsize=9)
     ax1.bar(["all fail", "all succeed", "mixed"], [s["all_failure"], s["all_success"], 1 - s["degenerate"]],
             color=["tab:red", "tab:blue", "tab:green"])
     ax1.set_ylim(0, 1)
     ax1.set_ylabel("probability")
-    ax1.set_title("kinds of group")
+    ax1.set_title("kinds of group", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -451,7 +454,7 @@ def number_search_figure(hidden: int = 11, guesses: Sequence[int] = (8, 12, 10, 
                          reward: str = "binary") -> Figure:
     """One panel per turn of a scripted game: :math:`Q^*` of every guess, the chosen guess and the answer."""
     records = _play(hidden, guesses, n, k, reward)
-    fig, axes = plt.subplots(len(records), 1, figsize=(8, 1.7 * len(records) + 0.4), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(records), 1, figsize=(FIGSIZE_TWO_PANELS[0], 1.7 * len(records) + 0.4), sharex=True, squeeze=False)
     xs = list(range(1, n + 1))
     for ax, rec in zip(axes[:, 0], records):
         t = number_search_table(rec["history"], n, k, reward)
@@ -527,7 +530,7 @@ class NumberSearchPlayground(_Explorer):
                 ("optimal guesses", ", ".join(map(str, t["optimal"]))),
             ]
             if self.draw:
-                fig, ax = plt.subplots(figsize=(8, 2.2))
+                fig, ax = plt.subplots(figsize=(FIGSIZE_TWO_PANELS[0], 2.2))
                 xs = list(range(1, self.n + 1))
                 ax.bar(xs, [t["q"][a] for a in xs],
                        color=["tab:green" if a in t["optimal"] else "0.7" for a in xs])

@@ -3,7 +3,9 @@
 A local HTTP server serves ``book/_build/html``; every request to any other host is aborted and
 recorded as a failure. On each page: math is typeset by MathJax (``mjx-container`` elements, no raw
 ``$$`` left in the text), every image has loaded, the console has no errors, no request failed, and
-every internal link points to an existing page and anchor. Screenshots of three pages are written to
+every internal link points to an existing page and anchor; no code cell, output, display equation or table is
+wider than the text column at 1280 px, and no figure is shown at less than 90% of the width it was drawn at (its
+ticks would shrink below 9 pt). Screenshots of three pages are written to
 ``test-output/book/`` (git-ignored).
 
 Uses Playwright's Python driver with Debian's ``/usr/bin/chromium``.
@@ -77,10 +79,33 @@ async () => {
   clone.querySelectorAll('pre, code, script, style, mjx-container').forEach(n => n.remove());
   const text = clone.textContent;
   const imgs = Array.from(document.images).map(i => ({src: i.getAttribute('src'), ok: i.complete && i.naturalWidth > 0}));
+  // Horizontal overflow: code, outputs, display equations and tables wider than the column they sit in.
+  const root = document.querySelector('main') || document.body;
+  const wide = Array.from(root.querySelectorAll(OVERFLOW_SELECTORS))
+    .filter(el => el.scrollWidth > el.clientWidth + 1)
+    .map(el => ({kind: el.tagName.toLowerCase() + (el.className ? '.' + String(el.className).split(' ')[0] : ''),
+                 text: (el.textContent || '').trim().slice(0, 60), width: el.scrollWidth, column: el.clientWidth}));
+  // Cell-output figures shown smaller than they were drawn: their type shrinks with them.
+  const shrunk = Array.from(root.querySelectorAll('div.cell_output img'))
+    .filter(i => i.naturalWidth > 0 && i.getBoundingClientRect().width < MIN_FIGURE_SCALE * i.naturalWidth)
+    .map(i => ({src: (i.getAttribute('src') || '').slice(0, 60), drawn: i.naturalWidth,
+                shown: Math.round(i.getBoundingClientRect().width)}));
   return {mathNodes: mathNodes.length, typeset, rawDisplayMath: text.includes('$$'),
-          rawInlineBegin: /\\\\\\(|\\\\begin\\{/.test(text), imgs};
+          rawInlineBegin: /\\\\\\(|\\\\begin\\{/.test(text), imgs, wide, shrunk};
 }
 """
+# What must fit the text column at 1280 px: code and its outputs (Pygments blocks), display math, tables.
+OVERFLOW_SELECTORS = ", ".join(["div.cell_input pre", "div.cell_output pre", "div.highlight pre",
+                                'mjx-container[display="true"]', "table", ".pst-scrollable-table-container"])
+# A figure drawn with 10-point ticks and shown at 90% of its size still has 9-point ticks.
+MIN_FIGURE_SCALE = 0.9
+# Pages whose figures are still drawn wider than the column, with the reason they are not fixed here.
+SHRUNK_FIGURES_ALLOWED = {
+    "part2/06_credit_assignment.html": "issue 29's chapter, edited by its owner only; its two-panel figures are "
+                                       "11 inches wide",
+}
+_PAGE_CHECK = _PAGE_CHECK.replace("OVERFLOW_SELECTORS", repr(OVERFLOW_SELECTORS)).replace(
+    "MIN_FIGURE_SCALE", str(MIN_FIGURE_SCALE))
 
 
 def _check_page(browser, base: str, rel: str) -> tuple[list[str], object]:
@@ -115,6 +140,11 @@ def _check_page(browser, base: str, rel: str) -> tuple[list[str], object]:
     if result["rawInlineBegin"]:
         problems.append("raw \\( or \\begin{ left in the page text")
     problems += [f"image did not load: {i['src'][:80]}" for i in result["imgs"] if not i["ok"]]
+    problems += [f"overflows horizontally ({w['kind']}, {w['width']} px in a {w['column']} px column): "
+                 f"{w['text']!r}" for w in result["wide"]]
+    if rel not in SHRUNK_FIGURES_ALLOWED:
+        problems += [f"figure shown at {s['shown']} px but drawn {s['drawn']} px wide (its type shrinks below 9 pt; "
+                     f"draw it narrower): {s['src']}" for s in result["shrunk"]]
     return problems, page
 
 

@@ -44,10 +44,20 @@ def test_gpu_bench_knows_the_h200_bf16_peak():
     assert _load("gpu_bench").peak_flops("NVIDIA H200") == pytest.approx(989e12)
 
 
-def test_rollout_bench_cache_and_recompute_draw_identical_samples(capsys):
-    res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1"])
+def test_rollout_bench_cache_and_recompute_draw_identical_samples(tmp_path, capsys):
+    res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1",
+                                       "--results", str(tmp_path / "r.json")])
     assert res["identical_samples"] is True
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
+    _assert_saved(tmp_path / "r.json", "crafting", res)
+
+
+def _assert_saved(path: Path, section: str, res: dict) -> None:
+    import json
+
+    saved = json.loads(path.read_text())["sections"][section]
+    assert {"command", "date", "machine", "commit"} <= set(saved)
+    assert saved["rows"][0]["speedup"] == pytest.approx(res["speedup"])
 
 
 def test_micro_batch_bench_measures_each_size_in_its_own_process_with_the_same_gradient(tmp_path, capsys):
@@ -58,11 +68,13 @@ def test_micro_batch_bench_measures_each_size_in_its_own_process_with_the_same_g
     assert (tmp_path / "m.json").exists()
 
 
-def test_packing_bench_saves_rows_and_keeps_the_logits(capsys):
-    res = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1"])
+def test_packing_bench_saves_rows_and_keeps_the_logits(tmp_path, capsys):
+    res = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1",
+                                       "--results", str(tmp_path / "p.json")])
     assert res["rows_packed"] < res["rows_padded"] and 0 < res["real_token_share"] < 1
     assert res["max_logit_gap"] < 1e-4
     assert "packed" in capsys.readouterr().out
+    _assert_saved(tmp_path / "p.json", "crafting-sft", res)
 
 
 TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, group_size=4, sft_steps=2,

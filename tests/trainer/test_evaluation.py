@@ -19,6 +19,14 @@ def test_wilson_interval_matches_closed_form_values(k, n, lo, hi):
     assert got[0] <= k / n <= got[1]
 
 
+@pytest.mark.parametrize("n", [1, 7, 60, 150, 1000, 4096])
+def test_wilson_interval_contains_the_observed_proportion_at_both_ends(n):
+    assert wilson_interval(0, n)[0] == 0.0 and wilson_interval(n, n)[1] == 1.0
+    for k in (0, 1, n // 2, n - 1, n):
+        lo, hi = wilson_interval(k, n)
+        assert lo <= k / n <= hi
+
+
 def test_wilson_interval_rejects_impossible_counts():
     with pytest.raises(ValueError, match="successes"):
         wilson_interval(11, 10)

@@ -1,0 +1,39 @@
+"""bench/_results.py reads back what it writes, as the book's results page shows it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+spec = importlib.util.spec_from_file_location("_results", BENCH / "_results.py")
+results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(results)
+
+
+def test_a_saved_section_comes_back_with_its_provenance(tmp_path):
+    rows = [{"recipe": "a", "median_s": float("inf"), "runs": [{"seed": 0}]}]
+    results.save_section(tmp_path / "b.json", "part", rows, "python bench/b.py --x")
+    section = results.load("b.json", tmp_path)["part"]
+    assert section["rows"] == [{"recipe": "a", "median_s": None, "runs": [{"seed": 0}]}]  # inf -> null
+    line = results.provenance(section)
+    assert line.startswith("`python bench/b.py --x` on ") and f"{section['machine']['cores']} cores" in line
+    assert results.load("missing.json", tmp_path) is None
+
+
+def test_markdown_table_reaches_into_nested_dicts_and_formats_each_figure():
+    rows = [{"name": "x|y", "turn": {"mse": 0.12345}, "n": 3, "ok": True, "s": None, "tiny": 1e-5, "big": 12345.6,
+             "skipped": [1, 2]}]
+    text = results.markdown_table(rows, ["name", "turn.mse", "n", "ok", "s", "tiny", "big"],
+                                  ["name", "MSE", "n", "ok", "s", "tiny", "big"])
+    assert text.splitlines() == ["| name | MSE | n | ok | s | tiny | big |", "|---|---|---|---|---|---|---|",
+                                 "| x\\|y | 0.123 | 3 | yes | – | 1e-05 | 1.23e+04 |"]
+
+
+def test_markdown_table_names_a_column_no_row_has():
+    with pytest.raises(ValueError, match=r"no row has the column\(s\) \['mse'\]; the rows have \['turn.mse'\]"):
+        results.markdown_table([{"turn": {"mse": 1.0}}], ["mse"])
+    with pytest.raises(ValueError, match="1 headers for 2 columns"):
+        results.markdown_table([{"a": 1, "b": 2}], ["a", "b"], ["a"])
