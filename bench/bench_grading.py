@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import nbformat  # noqa: E402
 
@@ -54,6 +55,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="number of submissions")
     parser.add_argument("--full", action="store_true", help="include the training part")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="JSON file for the figures (default bench/results/bench_grading.json)")
     args = parser.parse_args()
     if args.n < 1:
         parser.error(f"--n must be >= 1, got {args.n}")
@@ -75,6 +78,12 @@ def main() -> int:
     for jobs, seconds, scores in rows:
         print(f"{jobs:>8} {seconds:8.1f} {seconds / args.n:13.2f}  {sorted(scores)}")
     print(f"parallel speed-up ({cores} workers vs 1): {rows[0][1] / rows[1][1]:.2f}x")
+    from _results import RESULTS, save_section
+
+    save_section(args.results or RESULTS / "bench_grading.json", "full" if args.full else "without-training",
+                 [{"workers": jobs, "wall_s": seconds, "s_per_submission": seconds / args.n, "submissions": args.n,
+                   "speedup": rows[0][1] / seconds} for jobs, seconds, _ in rows],
+                 "bench/bench_grading.py " + " ".join(sys.argv[1:]))
     return 0
 
 
