@@ -18,15 +18,12 @@ commit); book/part2/06_credit_assignment.md runs the same comparison at a smalle
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
-import platform
-import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _results import save_section  # noqa: E402
 
 from agent_lab.credit_exact import ESTIMATORS, Estimator, compare, reference_policies
 from agent_lab.envs import NumberSearchDP
@@ -78,36 +75,7 @@ def print_row(row: dict) -> None:
 
 
 def save(section: str, rows: list[dict], command: str) -> None:
-    data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"sections": {}}
-    data["sections"][section] = {
-        "command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "commit": commit(), "rows": rows}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(_finite_or_null(data), indent=1) + "\n")
-
-
-def commit() -> str | None:
-    """The checkout's commit, marked when tracked files differ from it."""
-    here = RESULTS.parent.parent
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=here, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (rev + ("+uncommitted" if dirty else "")) or None
-
-
-def _finite_or_null(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite_or_null(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_finite_or_null(v) for v in x]
-    return x
+    save_section(RESULTS, section, rows, command)
 
 
 def main(argv: list[str] | None = None) -> int:
