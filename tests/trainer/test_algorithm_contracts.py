@@ -145,16 +145,16 @@ def test_ppo_surrogate_and_the_reference_kl_leave_padding_out():
 def test_a_students_loss_fn_returns_a_scalar_or_a_numerator_denominator_pair():
     lp = torch.tensor([[-1.0, -2.0]], dtype=F64, requires_grad=True)
     mask, adv = torch.tensor([[True, False]]), torch.tensor([2.0], dtype=F64)
-    scalar = student_loss(lambda a, m, A, n: -(a * m * A[:, None]).sum() / n, lp, mask, adv, 4)
+    scalar = student_loss((lambda a, m, A, n: -(a * m * A[:, None]).sum() / n)(lp, mask, adv, 4))
     assert float(scalar.detach()) == 0.5
-    pair = student_loss(lambda a, m, A, n: (-(a * m * A[:, None]).sum(), m.sum().to(a.dtype)), lp, mask, adv, 4)
+    pair = student_loss((lambda a, m, A, n: (-(a * m * A[:, None]).sum(), m.sum().to(a.dtype)))(lp, mask, adv, 4))
     assert float(pair.detach()) == 2.0  # numerator 2 over denominator 1, reduced over the (single) worker
     bad = [(lambda *_: [1.0], "list ()"), (lambda *_: torch.ones(2), "Tensor (2,)"),
            (lambda *_: (torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)), "tuple ()"),
            (lambda *_: (torch.ones(1), torch.tensor(2.0)), "tuple ()")]
     for fn, got in bad:
         with pytest.raises(ValueError) as err:
-            student_loss(fn, lp, mask, adv, 4)
+            student_loss(fn(lp, mask, adv, 4))
         assert str(err.value) == ("loss_fn must return a 0-dim tensor or a pair (numerator, denominator) of 0-dim "
                                   f"tensors, got {got}")
 
