@@ -248,3 +248,15 @@ def test_a_loss_fn_takes_one_micro_batch_and_refuses_two_with_the_fix_in_the_mes
                       micro_batch_size=2, loss_fn=loss_fn)
     assert str(err.value) == ("micro_batch_size splits the loss's normaliser, which a loss_fn keeps to itself: "
                               "set micro_batch_size=0 with loss_fn")
+
+
+def test_an_unknown_algorithm_or_option_is_named_with_the_choices():
+    from agent_lab.algorithms import ALGORITHMS
+
+    with pytest.raises(ValueError) as err:
+        make_algorithm("a2c", group_size=2, max_tokens=1)
+    assert str(err.value) == f"algo must be one of {list(ALGORITHMS)}, got 'a2c'"
+    with pytest.raises(ValueError) as err:
+        make_algorithm("ppo", group_size=2, max_tokens=1, zeta=1, beta=2)  # the first unknown in sorted order
+    assert str(err.value) == ("algo 'ppo' has no option 'beta'; its options are ['epochs', 'minibatches', 'clip_eps', "
+                              "'kl_coef', 'kl_kind']")
