@@ -84,6 +84,7 @@ def main() -> int:
     parser.add_argument("--cpu-threads", type=int, default=0)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "_out" / "crafting_assignment")
     parser.add_argument("--install", action="store_true")
+    parser.add_argument("--section", default="reference", help="the JSON section the rows go to")
     args = parser.parse_args()
     rows = []
     for seed in args.seeds:
@@ -91,7 +92,7 @@ def main() -> int:
         print(json.dumps({k: record[k] for k in ("seed", "sft_seconds", "train_seconds", "train_cpu_seconds",
                                                  "evaluation")}), flush=True)
         rows.append({k: v for k, v in record.items() if k != "config"})
-    save_section(RESULTS / "crafting_assignment.json", "reference", rows,
+    save_section(RESULTS / "crafting_assignment.json", args.section, rows,
                  "bench/bench_crafting_assignment.py " + " ".join(sys.argv[1:]))
     if args.install:
         samples = REPO / "autograder" / "samples"
