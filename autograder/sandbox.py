@@ -120,8 +120,10 @@ def root_dir(path: str | os.PathLike) -> Path:
     """
     path = Path(path)
     for part in [*reversed(path.parents[:-1]), path]:
-        if not part.exists():
+        try:
             part.mkdir(mode=0o755)
+        except FileExistsError:  # made earlier, or just now by a worker grading beside this one
+            pass
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
         raise RuntimeError(f"{path} must be a directory owned by root and writable only by root")

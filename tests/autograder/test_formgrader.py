@@ -106,6 +106,10 @@ def test_a_grade_entered_in_formgrader_lands_in_the_gradebook_and_grades_csv(gra
                 page.goto(f"{base}/formgrader/submissions/{submission_id}/", wait_until="load")
                 box = page.locator("input#explain")
                 box.wait_for(timeout=60_000)
+                # The input is in the served HTML, but its change handler is bound only once formgrader's
+                # own request for the grades has answered; typing before that saves nothing.
+                page.wait_for_function("() => window.formgrader && formgrader.grades && formgrader.grades.loaded"
+                                       " && formgrader.grade_uis.length > 0", timeout=60_000)
                 box.fill("1.5")
                 with page.expect_response(lambda r: "/formgrader/api/grade/" in r.url and r.request.method == "PUT",
                                           timeout=30_000) as saved:

@@ -216,6 +216,17 @@ def test_socket_dirs_are_fresh_private_and_refuse_a_prepared_or_foreign_parent(t
         lease.release()
 
 
+def test_two_workers_making_the_same_root_directory_at_once_both_get_it(monkeypatch):
+    # The first batch on a fresh machine starts its workers together: each sees no directory yet, and the one
+    # that creates it second must not fail (it once failed the second student of the batch).
+    fresh = sandbox.GRADE_TMP / uuid.uuid4().hex[:12] / "shared"
+    sandbox.root_dir(fresh)
+    monkeypatch.setattr(Path, "exists", lambda self: False)  # this worker checked before the other made it
+    assert sandbox.root_dir(fresh) == fresh
+    monkeypatch.undo()
+    shutil.rmtree(fresh.parent)
+
+
 def test_limits_reject_non_positive_values():
     with pytest.raises(ValueError, match="cell_timeout"):
         sandbox.Limits(cell_timeout=0)
