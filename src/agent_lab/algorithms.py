@@ -31,6 +31,7 @@ from agent_lab.estimators.advantages import (
     rloo_advantages,
 )
 from agent_lab.estimators.baselines import constant_baseline, running_mean_update
+from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids
 from agent_lab.estimators.filtering import rest_em_filter
 from agent_lab.estimators.logprobs import KL_KINDS, kl_estimate
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
@@ -220,6 +221,60 @@ class DrGRPO(Algorithm):
     def describe(self):
         return (f"Dr.GRPO: A_i = R_i - mean_group R (no std division; group_size G = {self.group_size}, contiguous "
                 f"rows); s_ij = sg[A_i] * log pi(x_ij); {self._normaliser()}; {_MASK}")
+
+
+ANCHORS = ("state", "history")
+
+
+def anchor_keys(batch, anchor: str) -> list[list[str]]:
+    """Per-turn anchor keys of a batch's episodes, from their logs: the environment's ``state`` before each turn,
+    or the ``history`` (every text sampled before it, which names the state of any deterministic task)."""
+    if len(batch.episode_logs) != len(batch):
+        raise ValueError("anchor-state groups need the batch's episode logs (env.episode_logs()); this batch has "
+                         f"{len(batch.episode_logs)} for {len(batch)} episodes")
+    if anchor == "history":
+        return [["\n".join(str(t["text"]) for t in log["turns"][:i]) for i in range(len(log["turns"]))]
+                for log in batch.episode_logs]
+    keys = [[t.get("state") for t in log["turns"]] for log in batch.episode_logs]
+    if any(k is None for row in keys for k in row):
+        raise ValueError("these episode logs record no 'state' per turn (an environment without _state_key); "
+                         "use anchor='history'")
+    return keys
+
+
+@register
+@dataclass
+class GiGPO(Algorithm):
+    """GiGPO (Feng et al. 2025): Dr.GRPO's episode advantage plus a step advantage from anchor states, the turns
+    of a group's episodes that act in the same environment state (``estimators.anchor_state_advantages``)."""
+
+    step_weight: float = 1.0  # omega: 0 gives Dr.GRPO's advantage on every turn
+    gamma: float = 1.0  # discount of the reward-to-go inside the step term
+    anchor: str = "state"  # state | history (see anchor_keys)
+
+    name: ClassVar[str] = "gigpo"
+    needs_groups: ClassVar[bool] = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.anchor not in ANCHORS:
+            raise ValueError(f"anchor must be one of {ANCHORS}, got {self.anchor!r}")
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
+        if not (math.isfinite(self.step_weight) and self.step_weight >= 0):
+            raise ValueError(f"step_weight must be a finite number >= 0, got {self.step_weight!r}")
+
+    def advantages(self, batch, state):
+        ids = anchor_state_ids(anchor_keys(batch, self.anchor), batch.rewards.shape[1]).to(batch.rewards.device)
+        return anchor_state_advantages(batch.rewards, ids, batch.turn_mask, self.group_size, self.gamma,
+                                       step_weight=self.step_weight)
+
+    def describe(self):
+        return (f"GiGPO: A_it = (R_i - mean_group R) + {self.step_weight:g} * (G_it - b_it), G_it the reward-to-go "
+                f"(gamma = {self.gamma:g}) from turn t, b_it the mean G over the group's turns taken in the same "
+                f"{self.anchor} (a turn alone in its {self.anchor} has step term 0; group_size G = "
+                f"{self.group_size}, contiguous rows); s_ij = sg[A_it] * log pi(x_ij) on turn t's tokens; "
+                f"{self._normaliser()}; {_MASK}")
 
 
 @register

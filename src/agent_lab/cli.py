@@ -44,14 +44,16 @@ def tour() -> None:
 
 #: Flag help for the settings a first run is most likely to change.
 _HELP = {
-    "algo": "reinforce | rloo | grpo | dr_grpo | rest_em | ppo (sft: supervised steps only)",
+    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo (sft: supervised steps only)",
+    "step_weight": "gigpo: weight of the anchor-state step advantage (0: Dr.GRPO)",
+    "anchor": "gigpo: turns share a baseline when they act in the same state | history",
     "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",
     "batch_size": "episodes per RL step", "group_size": "samples per task (contiguous groups)",
     "candidate_mask": "sample only actions the environment allows (the structured action mask)",
     "device": "auto | cuda | mps | cpu", "stop_at_optimum": "stop once greedy success reaches the planner's optimum",
     "micro_batch_size": "episodes per forward/backward (0: the whole batch); the gradient does not change",
 }
-_TYPES = {"sft_lr": float, "objective": str, "run_dir": str, "time_limit_s": float, "max_len": int}
+_TYPES = {"sft_lr": float, "step_weight": float, "gigpo_gamma": float, "objective": str, "run_dir": str, "time_limit_s": float, "max_len": int}
 _GROUP_TITLES = {"model": "model", "sampling": "sampling (the behaviour policy)", "sft": "SFT cold start",
                  "algorithm": "algorithm (RL phase)", "optimizer": "optimizer", "evaluation": "evaluation",
                  "run": "run", "plugins": "the labs' experiments (agent_lab.plugins)"}

@@ -179,6 +179,8 @@ OPTION_OF: dict[str, tuple[str, str, Any]] = {
     "ppo_epochs": ("ppo", "epochs", 4), "minibatches": ("ppo", "minibatches", 1), "clip_eps": ("ppo", "clip_eps", 0.2),
     "kl_coef": ("ppo", "kl_coef", 0.0), "kl_kind": ("ppo", "kl_kind", "k3"),
     "rest_em_epochs": ("rest_em", "epochs", 2), "rest_em_threshold": ("rest_em", "threshold", 1.0),
+    "step_weight": ("gigpo", "step_weight", 1.0), "anchor": ("gigpo", "anchor", "state"),
+    "gigpo_gamma": ("gigpo", "gamma", 1.0),
 }
 #: Flat keywords of the labs' experiments -> (plug-in, option, default). A plug-in is on when its first keyword
 #: (its switch) differs from the default.

@@ -68,7 +68,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            dict(env="number-search", algo="dr_grpo", sft_steps=200, steps=200, sft_batch_size=32, lr=3e-3, d_model=64,
                 n_layers=2, n_heads=4, batch_size=256, group_size=8, eval_every=5, stop_at_optimum=True),
            bench="number-search"),
-    _pure_rl("dr_grpo"), _pure_rl("grpo"), _pure_rl("rloo"), _pure_rl("reinforce", baseline="running_mean"),
+    _pure_rl("dr_grpo"), _pure_rl("gigpo"), _pure_rl("grpo"), _pure_rl("rloo"), _pure_rl("reinforce", baseline="running_mean"),
     _pure_rl("ppo", ppo_epochs=2, minibatches=2), _pure_rl("rest_em", rest_em_epochs=2),
     Recipe("number-search/sft", "imitation alone: 300 SFT steps on the planner's demonstrations",
            dict(env="number-search", algo="sft", steps=300, sft_batch_size=32, eval_every=5, stop_at_optimum=True),

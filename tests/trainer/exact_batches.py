@@ -51,3 +51,20 @@ def step(model, batch, algo, adv, grad_clip=1e9, ref=None):
 
 def kl(p, q):
     return sum(a * math.log(a / b) for a, b in zip(p, q))
+
+
+def number_search_states(logs: list[dict], n: int) -> list[list[tuple[int, int, int]]]:
+    """The state ``(lo, hi, guesses spent)`` before each turn of logged number-search episodes, worked out from
+    the logged guesses and answers alone (not from the environment's own ``state`` keys)."""
+    out = []
+    for log in logs:
+        lo, hi, row = 1, n, []
+        for t, turn in enumerate(log["turns"]):
+            row.append((lo, hi, t))
+            guess, answer = turn["action"], turn["observation"]
+            if answer == "higher":
+                lo = max(lo, guess + 1)
+            elif answer == "lower":
+                hi = min(hi, guess - 1)
+        out.append(row)
+    return out

@@ -7,12 +7,14 @@ import json
 import pytest
 import torch
 from conftest import FAST, tiny_policy
+from exact_batches import number_search_states
 
 from agent_lab.algorithms import ALGORITHMS, AlgoState, make_algorithm
 from agent_lab.envs import make_env
 from agent_lab.estimators.advantages import group_centered_advantages, group_standardized_advantages, rloo_advantages
 from agent_lab.estimators import KL_OLD_NEW
 from agent_lab.estimators.aggregation import aggregate
+from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
 from agent_lab.policy import WordTokenizer
@@ -59,6 +61,10 @@ def _expected(name, lp, b, max_tokens):
         return _neg(*aggregate(s, m, "constant", max_tokens=max_tokens))
     if name == "sft":
         return _neg(*aggregate(lp, m, "token_mean"))
+    if name == "gigpo":
+        ids = anchor_state_ids(number_search_states(b.episode_logs, 16), b.rewards.shape[1])
+        adv = anchor_state_advantages(b.rewards, ids, b.turn_mask, G)
+        return _neg(*aggregate(reinforce_surrogate(lp, adv, turn_ids=b.turn_ids), m, "constant", max_tokens=max_tokens))
     raise AssertionError(name)
 
 

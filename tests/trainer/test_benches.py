@@ -145,3 +145,16 @@ def _fake_result(cfg):
 
     return SimpleNamespace(reached_optimum_at={"step": 5, "seconds": 1.5, "episodes": 1280}, seconds=2.0,
                            history=[{"step": k} for k in range(5)], final_eval=SimpleNamespace(success=15 / 16))
+
+
+def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, capsys):
+    rows = _load("bench_credit_training").main(["--tiny", "--results", str(tmp_path / "c.json")])
+    assert [r["arm"] for r in rows] == ["cold start", "Dr.GRPO", "GiGPO, state anchors", "GiGPO, history anchors"]
+    assert all(r["episodes"] == 16 for r in rows[1:]), "one step of 16 episodes per arm"
+    for r in rows:
+        for v in r["eval"].values():
+            assert v["ci_low"] <= v["success"] <= v["ci_high"]
+    import json
+
+    saved = json.loads((tmp_path / "c.json").read_text())["sections"]["tiny"]
+    assert saved["rows"] == json.loads(json.dumps(rows))

@@ -176,6 +176,12 @@ class TextEnv(ABC):
     def _turns_left(self, state: Any) -> int:
         """Decisions left in the task's own budget after the turns taken so far."""
 
+    @abstractmethod
+    def _state_key(self, state: Any) -> str:
+        """A text naming the environment state an action is taken in, apart from the episode's task: two
+        episodes of one task with equal keys have the same future under any policy (same rewards, same
+        observations). Logged before each turn as ``"state"``; anchor-state groups (GiGPO) compare it."""
+
     def _shaping(self, state_before: Any, state: Any, done: bool) -> float:
         """Shaping added to the reward of one step (0 unless a subclass shapes)."""
         return 0.0
@@ -234,7 +240,7 @@ class TextEnv(ABC):
             if self._done[i]:
                 continue
             state = self._states[i]
-            before = self._snapshot(state)
+            before, key = self._snapshot(state), self._state_key(state)
             words = tokens_of(text, self.max_action_chars)
             if words is None:
                 action, error = None, "not a string" if not isinstance(text, str) else "too long"
@@ -269,6 +275,7 @@ class TextEnv(ABC):
                 {
                     # a non-string "text" is logged as None, which replays to the same "not a string" error
                     "text": text if isinstance(text, str) else None,
+                    "state": key,  # the state the action was taken in
                     "action": action,  # a fresh object from the parser
                     "error": error,
                     "observation": obs,
@@ -297,7 +304,8 @@ class TextEnv(ABC):
         """A JSON-serialisable copy of the current batch's logs (see :func:`replay`).
 
         Per episode: ``env``, ``options``, ``task``, ``prompt``, ``turns`` (per turn the sampled
-        ``text``, the executed ``action`` or ``None``, the parse ``error``, the ``observation``, the
+        ``text``, the ``state`` it was taken in (:meth:`_state_key`), the executed ``action`` or ``None``, the
+        parse ``error``, the ``observation``, the
         ``reward`` and the unshaped ``task_reward``), ``done``, ``success``, ``truncated``, ``return``.
         The log dicts and turn lists are new; the task and action objects inside are shared with the
         environment (copying a world per episode would dominate the cost), so treat them as read-only.
@@ -332,10 +340,11 @@ def _replayed(episode_log: dict, turns: int | None, copies: int) -> TextEnv:
 
 
 def _check_turns(logged: list, replayed: list) -> None:
-    """Raise :class:`ReplayMismatch` naming the first turn whose fields differ (both JSON round-tripped)."""
+    """Raise :class:`ReplayMismatch` naming the first turn whose logged fields differ (both JSON round-tripped).
+    Only the fields the log holds are compared, so a log written before a field was added still replays."""
     for t, (a, b) in enumerate(zip(logged, replayed)):
-        if a != b:
-            diff = {k: (a.get(k), b.get(k)) for k in a if a.get(k) != b.get(k)}
+        diff = {k: (a.get(k), b.get(k)) for k in a if a.get(k) != b.get(k)}
+        if diff:
             raise ReplayMismatch(f"turn {t + 1} differs (logged, replayed): {diff}")
 
 
@@ -378,7 +387,9 @@ def replay(episode_log: dict) -> dict:
     new = env.episode_logs()[0]
     old, new_rt = _round_trip(episode_log), _round_trip(new)
     for key in old:
-        if old[key] != new_rt.get(key):
+        if key == "turns" and len(old[key]) == len(new_rt[key]):
+            _check_turns(old["turns"], new_rt["turns"])
+        elif old[key] != new_rt.get(key):
             if key == "turns":
                 _check_turns(old["turns"], new_rt["turns"])
             raise ReplayMismatch(f"field {key!r} differs: logged {old[key]!r}, replayed {new_rt.get(key)!r}")

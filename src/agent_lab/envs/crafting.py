@@ -297,6 +297,12 @@ class Crafting(TextEnv):
         items = " ".join(f"{x} {inv[x]}" for x in sorted(inv)) if inv else "empty"
         return f"{result}\ninventory {items}\nsteps {state.world['budget'] - state.turns}"
 
+    def _state_key(self, state: _Episode) -> str:
+        # the inventory and the steps spent decide what follows; the crafted set decides the first_craft shaping
+        inv = " ".join(f"{x} {state.inventory[x]}" for x in sorted(state.inventory)) or "empty"
+        crafted = " ".join(sorted(state.crafted)) or "nothing"
+        return f"inventory {inv}; crafted {crafted}; steps {state.turns}" + ("; thought" if state.thought else "")
+
     def _parse(self, words: list[str], state: _Episode) -> tuple[list | None, str | None]:
         if self.think and words and words[0] == "think":
             action = ["think"]

@@ -119,6 +119,9 @@ class NumberSearch(TextEnv):
     def _prompt(self, state: _Episode) -> str:
         return self._prompt_text
 
+    def _state_key(self, state: _Episode) -> str:
+        return f"{state.lo}..{state.hi} after {state.turns}"  # candidates left and guesses spent
+
     def _parse(self, words: list[str], state: _Episode) -> tuple[int | None, str | None]:
         return parse_guess(words, self.n)
 
