@@ -1,9 +1,9 @@
 """The shared batched text-environment machinery: ``StepBatch``, the episode log, replay.
 
 Every environment in :mod:`agent_lab.envs` steps ``B`` episodes at once and speaks plain text (words
-separated by single spaces, lines by ``"\\n"``, no trailing newline). A subclass supplies four small
+separated by single spaces, lines by ``"\\n"``, no trailing newline). A subclass supplies a few small
 pieces -- a fresh episode state for a task, the prompt, a parser from action text to an executed
-action, and a transition -- and this module does the batching, the declared invalid-action rule, the
+action, a transition, and a text naming the state (which anchor-state groups compare) -- and this module does the batching, the declared invalid-action rule, the
 episode log and exact replay. Book: book/part1/01_trajectories_and_support.md (histories, observations,
 termination versus truncation).
 
