@@ -10,7 +10,7 @@
    candidate mask, next to the planner. Target (full budget): >= 95% of the planner's success at depth <= 2 and
    >= 80% at depth 3.
 
-``--quick`` (default): number-search and number-search/dr_grpo over 3 seeds, the other recipes over 1;
+``--quick`` (default): number-search, number-search/dr_grpo and number-search/gigpo over 3 seeds, the others over 1;
 ``--full``: 3 seeds for every recipe, the full-only ones included. Every figure is printed and written, with the
 command, the date, the machine and the commit, to ``bench/results/bench_trainer.json`` (``--results``), which
 ``agent-lab recipes`` reads.
@@ -124,7 +124,7 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, default=None, help="number search: seeds per recipe (default: see --quick)")
     p.add_argument("--results", type=Path, default=RESULTS / "bench_trainer.json", help="where to write the figures")
     args = p.parse_args(argv)
-    three = ("number-search", "number-search/dr_grpo")
+    three = ("number-search", "number-search/dr_grpo", "number-search/gigpo")
     seeds_for = ((lambda n: args.seeds) if args.seeds else (lambda n: 3) if args.full else
                  (lambda n: 3 if n in three else 1))
     limit = 900.0 if args.full else 200.0

@@ -151,4 +151,4 @@ def chapter_asserts(text: str) -> list[AssertLine]:
 
 
 def chapter_paths(book: Path) -> list[Path]:
-    return sorted(p for part in ("part1", "part2") for p in (book / part).glob("[0-9][0-9]_*.md"))
+    return sorted(p for part in ("part1", "part2", "part3") for p in (book / part).glob("[0-9][0-9]_*.md"))

@@ -1,6 +1,6 @@
-"""The asserts of parts 1 and 2 check agent_lab results, and exactly where the prose states an exact figure.
+"""The asserts of parts 1, 2 and 3 check agent_lab results, and exactly where the prose states an exact figure.
 
-Source-level (no build): every code cell of ``book/part1`` and ``book/part2`` is parsed as Python (see
+Source-level (no build): every code cell of ``book/part1``, ``book/part2`` and ``book/part3`` is parsed as Python (see
 ``_asserts.py`` for how an assert is classified). Two rules:
 
 * In a cell that uses ``agent_lab``, an assert that reads no ``agent_lab`` result checks only the chapter's own
@@ -8,7 +8,8 @@ Source-level (no build): every code cell of ``book/part1`` and ``book/part2`` is
   assert that looks like a check of the package and is not one.
 * A bounds-only assert (orderings, no equality and no distance to a stated value) must not stand in for a figure
   the prose states next to the cell: a multiple ("twelvefold", "three times") the cell does not assert exactly,
-  or a decimal or fraction that a literal bound of the assert merely brackets (``> 0.92`` beside "0.923").
+  or a decimal or fraction that a literal bound of the assert merely brackets (``> 0.92`` beside "0.923"). A
+  multiple the prose itself states as a bound ("at least twice") is a bound, and a bound checks it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ NUMBER_WORDS = {"twice": 2, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6
                 "ten": 10, "eleven": 11, "twelve": 12, "fifteen": 15, "twenty": 20, "hundred": 100}
 MULTIPLE = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")fold\b|\b(\d+|" + "|".join(NUMBER_WORDS) +
                       r")\s+times\b|\b(twice)\b", re.I)
+BOUND_WORDS = re.compile(r"\b(at least|at most|more than|fewer than|less than|up to)\s+$", re.I)
 FIGURE = re.compile(r"(?<![\w.])(\d+\.\d+|\d+/\d+)(?!\w|\.\d|/)")
 CHAPTERS = [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in chapter_paths(BOOK)]
 
@@ -47,6 +49,8 @@ def adjacent_prose(text: str) -> list[tuple[str, str]]:
 def stated_multiples(prose: str) -> set[int]:
     found = set()
     for match in MULTIPLE.finditer(prose):
+        if BOUND_WORDS.search(prose[:match.start()]):
+            continue  # "at least twice": the prose states a bound, not an exact figure
         word = next(g for g in match.groups() if g).lower()
         found.add(int(word) if word.isdigit() else NUMBER_WORDS[word])
     return found
@@ -165,6 +169,8 @@ def test_a_bound_beside_a_stated_multiple_or_figure_is_flagged():
     problems = bounds_beside_exact_figures(chapter(prose, code))
     assert len(problems) == 1 and "12-fold" in problems[0]
     assert len(bounds_beside_exact_figures(chapter(prose, code.replace("r > 10 * 0.05", "r > 0.92")))) == 2
+    assert bounds_beside_exact_figures(chapter("Each plan crafts at least twice.", code)) == []
+    assert len(bounds_beside_exact_figures(chapter("Each plan crafts twice.", code))) == 1
     exact = code + "assert round(float(r / 0.05)) == 12\nassert math.isclose(r, 0.923)\n"
     assert bounds_beside_exact_figures(chapter(prose, exact.replace("r > 10 * 0.05", "r > 0.92"))) == []
 
