@@ -31,7 +31,7 @@ from agent_lab.estimators.advantages import (
     rloo_advantages,
 )
 from agent_lab.estimators.baselines import constant_baseline, running_mean_update
-from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids
+from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_baselines, anchor_state_ids
 from agent_lab.estimators.filtering import rest_em_filter
 from agent_lab.estimators.logprobs import KL_KINDS, kl_estimate
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
@@ -93,6 +93,10 @@ class Algorithm:
         """Per-token surrogate to maximise ``[B, L-1]`` and a dict of statistics."""
         turn_ids = batch.turn_ids if advantages.dim() == 2 else None
         return reinforce_surrogate(logprobs, advantages, turn_ids=turn_ids), {}
+
+    def statistics(self, batch) -> dict[str, float]:
+        """What this algorithm logs about a rollout batch beyond the trainer's own statistics (none by default)."""
+        return {}
 
     def loss_mask(self, batch, advantages: Tensor) -> Tensor:
         """Tokens that enter the loss and its normaliser ``[B, L-1]``: the action mask."""
@@ -264,10 +268,19 @@ class GiGPO(Algorithm):
         if not (math.isfinite(self.step_weight) and self.step_weight >= 0):
             raise ValueError(f"step_weight must be a finite number >= 0, got {self.step_weight!r}")
 
+    def _ids(self, batch) -> Tensor:
+        return anchor_state_ids(anchor_keys(batch, self.anchor), batch.rewards.shape[1]).to(batch.rewards.device)
+
     def advantages(self, batch, state):
-        ids = anchor_state_ids(anchor_keys(batch, self.anchor), batch.rewards.shape[1]).to(batch.rewards.device)
-        return anchor_state_advantages(batch.rewards, ids, batch.turn_mask, self.group_size, self.gamma,
+        return anchor_state_advantages(batch.rewards, self._ids(batch), batch.turn_mask, self.group_size, self.gamma,
                                        step_weight=self.step_weight)
+
+    def statistics(self, batch):
+        """``anchor_shared_fraction``: the share of real turns whose anchor set holds another turn of their group.
+        The others are singletons, whose step term is 0; at 0 GiGPO is Dr.GRPO."""
+        real = batch.turn_mask
+        _, counts = anchor_state_baselines(batch.rewards, self._ids(batch), real, self.group_size)
+        return {"anchor_shared_fraction": int(((counts >= 2) & real).sum()) / max(int(real.sum()), 1)}
 
     def describe(self):
         return (f"GiGPO: A_it = (R_i - mean_group R) + {self.step_weight:g} * (G_it - b_it), G_it the reward-to-go "

@@ -490,13 +490,15 @@ def summarise_updates(updates: list[dict]) -> dict:
 
 
 def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, adv: Tensor) -> dict:
-    """Reward, success and all-equal groups of every sampled episode; the update batch's advantages and lengths."""
+    """Reward, success and all-equal groups of every sampled episode; the update batch's advantages and lengths,
+    and what the algorithm itself logs (``Algorithm.statistics``)."""
     every = sampled.episode_return
     return dict(reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
                 success=float(sampled.success.float().mean()),
                 degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
                 advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
-                action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0)
+                action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
+                **run.algo.statistics(batch))
 
 
 def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=None) -> str:

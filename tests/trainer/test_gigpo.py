@@ -122,7 +122,22 @@ def test_gigpo_prints_its_loss_and_trains_from_flat_settings(tmp_path):
     assert cfg.algorithm.options == {"step_weight": 0.5, "anchor": "history"}
     r = train(cfg, progress=False)
     assert torch.isfinite(torch.tensor(r.history[-1]["loss"]))
+    assert 0 <= r.history[-1]["anchor_shared_fraction"] <= 1  # logged every RL step (exact value: the test above)
     desc = (tmp_path / "loss.txt").read_text()
     assert "GiGPO: A_it = (R_i - mean_group R) + 0.5 * (G_it - b_it)" in desc and "same history" in desc
     with pytest.raises(ValueError, match="step_weight=0.5 is an option of algo 'gigpo', not of 'dr_grpo'"):
         TrainConfig(**{**FAST, "algo": "dr_grpo", "step_weight": 0.5})
+
+
+def test_gigpo_logs_the_share_of_turns_that_share_their_state_with_another_turn_of_their_group(batch):
+    b, ids = batch
+    real = b.turn_mask
+    shared = 0
+    for i in range(len(b)):
+        group = range(i // G * G, i // G * G + G)
+        for t in range(int(real[i].sum())):
+            shared += sum(int(ids[j, u] == ids[i, t]) for j in group for u in range(int(real[j].sum()))) >= 2
+    stats = make_algorithm("gigpo", group_size=G, max_tokens=1).statistics(b)
+    assert stats == {"anchor_shared_fraction": pytest.approx(shared / int(real.sum()), abs=1e-12)}
+    assert 0 < shared < int(real.sum())
+    assert make_algorithm("dr_grpo", group_size=G, max_tokens=1).statistics(b) == {}

@@ -106,8 +106,9 @@ def test_the_gap_is_measured_under_the_samplers_own_top_p_while_the_ratio_is_not
 def test_degenerate_fraction_counts_groups_whose_rewards_are_all_equal():
     rewards = [1, 1, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1]  # groups of 4: equal, mixed, equal, mixed
     batch = one_token_batch([0] * 16, [0.5] * 16, rewards=[float(r) for r in rewards])
-    row = rollout_diagnostics(SimpleNamespace(cfg=SimpleNamespace(algorithm=SimpleNamespace(group_size=4))), batch,
-                              batch, torch.zeros(16))
+    run = SimpleNamespace(cfg=SimpleNamespace(algorithm=SimpleNamespace(group_size=4)),
+                          algo=make_algorithm("dr_grpo", group_size=4, max_tokens=1))
+    row = rollout_diagnostics(run, batch, batch, torch.zeros(16))
     assert row["degenerate_fraction"] == 0.5 and row["success"] == 8 / 16 and row["reward_mean"] == 8 / 16
 
 
