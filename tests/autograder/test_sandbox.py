@@ -183,7 +183,9 @@ def test_reap_kills_every_process_of_a_sandbox_uid_and_refuses_other_uids():
     try:
         procs = [subprocess.Popen(["setpriv", f"--reuid={lease.uid}", f"--regid={lease.uid}",
                                    "--clear-groups", "sleep", "300"]) for _ in range(3)]
-        time.sleep(0.3)
+        deadline = time.monotonic() + 20  # setpriv changes uid when it runs: on a busy machine, a while after Popen
+        while len(sandbox.processes_of(lease.uid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(sandbox.processes_of(lease.uid)) == 3
         sandbox.reap(lease.uid)
         assert sandbox.processes_of(lease.uid) == []
