@@ -241,8 +241,8 @@ def anchor_keys(batch, anchor: str) -> list[list[str]]:
                 for log in batch.episode_logs]
     keys = [[t.get("state") for t in log["turns"]] for log in batch.episode_logs]
     if any(k is None for row in keys for k in row):
-        raise ValueError("these episode logs record no 'state' per turn (an environment without _state_key); "
-                         "use anchor='history'")
+        raise ValueError("these episode logs record no 'state' per turn (logs written before environments logged "
+                         "their states); use anchor='history'")
     return keys
 
 

@@ -53,7 +53,8 @@ _HELP = {
     "device": "auto | cuda | mps | cpu", "stop_at_optimum": "stop once greedy success reaches the planner's optimum",
     "micro_batch_size": "episodes per forward/backward (0: the whole batch); the gradient does not change",
 }
-_TYPES = {"sft_lr": float, "step_weight": float, "gigpo_gamma": float, "objective": str, "run_dir": str, "time_limit_s": float, "max_len": int}
+_TYPES = {"sft_lr": float, "step_weight": float, "gigpo_gamma": float, "objective": str, "run_dir": str,
+          "time_limit_s": float, "max_len": int}
 _GROUP_TITLES = {"model": "model", "sampling": "sampling (the behaviour policy)", "sft": "SFT cold start",
                  "algorithm": "algorithm (RL phase)", "optimizer": "optimizer", "evaluation": "evaluation",
                  "run": "run", "plugins": "the labs' experiments (agent_lab.plugins)"}

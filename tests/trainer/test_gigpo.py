@@ -115,6 +115,12 @@ def test_gigpo_refuses_bad_options_and_a_batch_without_logs(batch):
     empty.episode_logs = []
     with pytest.raises(ValueError, match="need the batch's episode logs"):
         make_algorithm("gigpo", group_size=G, max_tokens=1).advantages(empty, AlgoState())
+    old = b.select(list(range(len(b))))
+    old.episode_logs = [{**log, "turns": [{k: v for k, v in t.items() if k != "state"} for t in log["turns"]]}
+                        for log in b.episode_logs]
+    with pytest.raises(ValueError, match="record no 'state' per turn .* use anchor='history'"):
+        make_algorithm("gigpo", group_size=G, max_tokens=1).advantages(old, AlgoState())
+    make_algorithm("gigpo", group_size=G, max_tokens=1, anchor="history").advantages(old, AlgoState())
 
 
 def test_gigpo_prints_its_loss_and_trains_from_flat_settings(tmp_path):

@@ -3,8 +3,8 @@
 Every environment in :mod:`agent_lab.envs` steps ``B`` episodes at once and speaks plain text (words
 separated by single spaces, lines by ``"\\n"``, no trailing newline). A subclass supplies a few small
 pieces -- a fresh episode state for a task, the prompt, a parser from action text to an executed
-action, a transition, and a text naming the state (which anchor-state groups compare) -- and this module does the batching, the declared invalid-action rule, the
-episode log and exact replay. Book: book/part1/01_trajectories_and_support.md (histories, observations,
+action, a transition, and a text naming the state (which anchor-state groups compare) -- and this
+module does the batching, the declared invalid-action rule, the episode log and exact replay. Book: book/part1/01_trajectories_and_support.md (histories, observations,
 termination versus truncation).
 
 Termination versus truncation (Gymnasium's convention): ``done`` marks every episode that is over.
@@ -305,8 +305,7 @@ class TextEnv(ABC):
 
         Per episode: ``env``, ``options``, ``task``, ``prompt``, ``turns`` (per turn the sampled
         ``text``, the ``state`` it was taken in (:meth:`_state_key`), the executed ``action`` or ``None``, the
-        parse ``error``, the ``observation``, the
-        ``reward`` and the unshaped ``task_reward``), ``done``, ``success``, ``truncated``, ``return``.
+        parse ``error``, the ``observation``, the ``reward`` and the unshaped ``task_reward``), ``done``, ``success``, ``truncated``, ``return``.
         The log dicts and turn lists are new; the task and action objects inside are shared with the
         environment (copying a world per episode would dominate the cost), so treat them as read-only.
         """
@@ -387,10 +386,11 @@ def replay(episode_log: dict) -> dict:
     new = env.episode_logs()[0]
     old, new_rt = _round_trip(episode_log), _round_trip(new)
     for key in old:
-        if key == "turns" and len(old[key]) == len(new_rt[key]):
-            _check_turns(old["turns"], new_rt["turns"])
-        elif old[key] != new_rt.get(key):
-            if key == "turns":
-                _check_turns(old["turns"], new_rt["turns"])
+        if key == "turns":
+            _check_turns(old["turns"], new_rt["turns"])  # the logged fields of every turn both have
+            same = len(old["turns"]) == len(new_rt["turns"])
+        else:
+            same = old[key] == new_rt.get(key)
+        if not same:
             raise ReplayMismatch(f"field {key!r} differs: logged {old[key]!r}, replayed {new_rt.get(key)!r}")
     return new

@@ -292,16 +292,19 @@ class Crafting(TextEnv):
         lines.append(f"steps {world['budget']}")
         return "\n".join(lines * (1 + self.reread))
 
+    @staticmethod
+    def _inventory_text(inv: dict[str, int]) -> str:
+        return " ".join(f"{x} {inv[x]}" for x in sorted(inv)) if inv else "empty"
+
     def _observation(self, result: str, state: _Episode) -> str:
-        inv = state.inventory
-        items = " ".join(f"{x} {inv[x]}" for x in sorted(inv)) if inv else "empty"
+        items = self._inventory_text(state.inventory)
         return f"{result}\ninventory {items}\nsteps {state.world['budget'] - state.turns}"
 
     def _state_key(self, state: _Episode) -> str:
         # the inventory and the steps spent decide what follows; the crafted set decides the first_craft shaping
-        inv = " ".join(f"{x} {state.inventory[x]}" for x in sorted(state.inventory)) or "empty"
         crafted = " ".join(sorted(state.crafted)) or "nothing"
-        return f"inventory {inv}; crafted {crafted}; steps {state.turns}" + ("; thought" if state.thought else "")
+        return (f"inventory {self._inventory_text(state.inventory)}; crafted {crafted}; steps {state.turns}"
+                + ("; thought" if state.thought else ""))
 
     def _parse(self, words: list[str], state: _Episode) -> tuple[list | None, str | None]:
         if self.think and words and words[0] == "think":
