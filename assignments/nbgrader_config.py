@@ -7,6 +7,10 @@ solution regions and hidden tests from `source/<assignment>/` and writes the stu
 
 import pathlib
 
+from nbgrader.converters import GenerateAssignment
+
+from agent_lab.book_links import BookLinks, book_url
+
 c = get_config()  # noqa: F821  (provided by nbgrader when it loads this file)
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -27,3 +31,7 @@ c.ClearHiddenTests.begin_test_delimeter = "BEGIN HIDDEN TESTS"
 c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 # Released notebooks carry no outputs.
 c.ClearOutput.enabled = True
+# Released notebooks link to the published book when html.baseurl (book/_config.yml) or AGENT_LAB_BOOK_URL says
+# where it is (agent_lab.book_links); first, so that nbgrader's checksums are of the released text.
+c.GenerateAssignment.preprocessors = [BookLinks, *GenerateAssignment.class_traits()["preprocessors"].default()]
+c.BookLinks.base_url = book_url()

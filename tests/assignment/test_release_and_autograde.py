@@ -21,8 +21,9 @@ BUILT_RELEASE = ROOT / "assignments" / "release" / NAME / f"{NAME}.ipynb"
 VENV_BIN = pathlib.Path(sys.executable).parent
 
 
-def _nbgrader(course: pathlib.Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+def _nbgrader(course: pathlib.Path, *args: str, timeout: int = 300,
+              book_url: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", AGENT_LAB_BOOK_URL=book_url)
     return subprocess.run(
         [str(VENV_BIN / "nbgrader"), *args, "--log-level=WARN"], cwd=course, env=env, capture_output=True,
         text=True, timeout=timeout, check=True,
@@ -133,6 +134,46 @@ def test_book_links_in_the_release_open_built_chapters(name, chapters):
         pytest.skip("the book is not built here (make book)")
     missing = [link for link in links if not (release.parent / link).resolve().is_file()]
     assert missing == []
+
+
+BOOK_URL = "https://course.example.org/agent-lab/"
+
+
+@pytest.mark.parametrize("name", ["policy_gradients", "crafting_agent"])
+def test_a_release_for_a_published_book_links_to_its_pages(tmp_path, name):
+    """With the book's address set (AGENT_LAB_BOOK_URL here; html.baseurl in book/_config.yml for a course), the
+    released notebook links to the published chapters, one for each repository-relative link of the source."""
+    course = _course_copy(tmp_path)
+    _nbgrader(course, "generate_assignment", name, "--force", book_url=BOOK_URL)
+    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
+
+    def links(nb):
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        return set(re.findall(r"\]\(([^)]+\.html)\)", text))
+
+    relative = {link.removeprefix("../../../book/_build/html/") for link in links(source)}
+    assert relative and links(released) == {BOOK_URL + page for page in relative}
+    chapters = ROOT / "book"
+    assert all((chapters / page).with_suffix(".md").is_file() for page in relative)
+
+
+def test_book_links_are_rewritten_only_when_the_book_has_an_address(tmp_path, monkeypatch):
+    from agent_lab.book_links import book_url, rewrite_book_links
+
+    text = "[a](../../../book/_build/html/part1/04_baselines.html) and [b](https://x.org/y.html)"
+    assert rewrite_book_links(text, "") == text
+    assert rewrite_book_links(text, "https://c.org/book") == (
+        "[a](https://c.org/book/part1/04_baselines.html) and [b](https://x.org/y.html)")
+    with pytest.raises(ValueError, match="http"):
+        rewrite_book_links(text, "book.example.org")
+    config = tmp_path / "_config.yml"
+    config.write_text("title: t\nhtml:\n  baseurl: https://c.org/book\n")
+    monkeypatch.delenv("AGENT_LAB_BOOK_URL", raising=False)
+    assert book_url(config) == "https://c.org/book"
+    assert book_url(tmp_path / "missing.yml") == ""
+    monkeypatch.setenv("AGENT_LAB_BOOK_URL", "https://elsewhere.org")
+    assert book_url(config) == "https://elsewhere.org"
 
 
 def test_source_text_has_no_stray_control_characters():

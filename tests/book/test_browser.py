@@ -99,11 +99,6 @@ OVERFLOW_SELECTORS = ", ".join(["div.cell_input pre", "div.cell_output pre", "di
                                 'mjx-container[display="true"]', "table", ".pst-scrollable-table-container"])
 # A figure drawn with 10-point ticks and shown at 90% of its size still has 9-point ticks.
 MIN_FIGURE_SCALE = 0.9
-# Pages whose figures are still drawn wider than the column, with the reason they are not fixed here.
-SHRUNK_FIGURES_ALLOWED = {
-    "part2/06_credit_assignment.html": "issue 29's chapter, edited by its owner only; its two-panel figures are "
-                                       "11 inches wide",
-}
 _PAGE_CHECK = _PAGE_CHECK.replace("OVERFLOW_SELECTORS", repr(OVERFLOW_SELECTORS)).replace(
     "MIN_FIGURE_SCALE", str(MIN_FIGURE_SCALE))
 
@@ -142,9 +137,8 @@ def _check_page(browser, base: str, rel: str) -> tuple[list[str], object]:
     problems += [f"image did not load: {i['src'][:80]}" for i in result["imgs"] if not i["ok"]]
     problems += [f"overflows horizontally ({w['kind']}, {w['width']} px in a {w['column']} px column): "
                  f"{w['text']!r}" for w in result["wide"]]
-    if rel not in SHRUNK_FIGURES_ALLOWED:
-        problems += [f"figure shown at {s['shown']} px but drawn {s['drawn']} px wide (its type shrinks below 9 pt; "
-                     f"draw it narrower): {s['src']}" for s in result["shrunk"]]
+    problems += [f"figure shown at {s['shown']} px but drawn {s['drawn']} px wide (its type shrinks below 9 pt; "
+                 f"draw it narrower): {s['src']}" for s in result["shrunk"]]
     return problems, page
 
 
