@@ -31,11 +31,19 @@ from agent_lab.estimators.advantages import (
     rloo_advantages,
 )
 from agent_lab.estimators.baselines import constant_baseline, running_mean_update
-from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_baselines, anchor_state_ids
+from agent_lab.estimators.aggregation import reduce_loss
+from agent_lab.estimators.credit import (
+    anchor_state_advantages,
+    anchor_state_baselines,
+    anchor_state_ids,
+    gae_targets,
+    value_loss,
+)
 from agent_lab.estimators.filtering import rest_em_filter
 from agent_lab.estimators.logprobs import KL_KINDS, kl_estimate
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
 from agent_lab.estimators.returns import reward_to_go
+from agent_lab.estimators.statistics import explained_variance
 
 BASELINES = ("none", "constant", "running_mean")
 #: What each KL estimator does as PPO's penalty on the policy's own samples (pi = mu, the first epoch):
@@ -75,6 +83,10 @@ class Algorithm:
     uses_rollouts: ClassVar[bool] = True  # False: it trains on demonstrations (SFT)
     #: What a user's ``loss_fn`` receives here: the call :meth:`user_loss` makes.
     loss_fn_signature: ClassVar[str] = "loss_fn(logprobs, action_mask, advantages, max_tokens)"
+    #: Its advantages read the policy's hidden state at each turn's decision (a critic): the trainer passes them
+    #: as ``advantages(batch, state, features)``, ``features = (decision states [B, T, d], state after the last
+    #: turn [B, d])``, detached.
+    needs_decision_states: ClassVar[bool] = False
     epochs = 1  # passes over each rollout batch (a field where an algorithm makes it an option)
     minibatches = 1  # optimizer steps per pass
 
@@ -97,6 +109,13 @@ class Algorithm:
     def statistics(self, batch) -> dict[str, float]:
         """What this algorithm logs about a rollout batch beyond the trainer's own statistics (none by default)."""
         return {}
+
+    def state_dict(self) -> dict:
+        """What the algorithm has learned beyond the policy (a critic), saved in the checkpoint; none by default."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` from a checkpoint."""
 
     def loss_mask(self, batch, advantages: Tensor) -> Tensor:
         """Tokens that enter the loss and its normaliser ``[B, L-1]``: the action mask."""
@@ -361,8 +380,9 @@ class PPO(Algorithm):
         return group_centered_advantages(batch.episode_return, self.group_size)
 
     def surrogate(self, logprobs, batch, advantages, ref_logprobs=None):
+        turn_ids = batch.turn_ids if advantages.dim() == 2 else None  # [B, T] turn credit goes to its turn's tokens
         s, stats = ppo_clipped_surrogate(logprobs, batch.old_logprobs, advantages, batch.action_mask,
-                                         clip_eps=self.clip_eps)
+                                         clip_eps=self.clip_eps, turn_ids=turn_ids)
         if self.kl_coef > 0 and ref_logprobs is not None:
             kl = kl_estimate(logprobs, ref_logprobs, kind=self.kl_kind, action_mask=batch.action_mask)
             s = s - self.kl_coef * kl
@@ -381,13 +401,110 @@ class PPO(Algorithm):
         return out[0], stats
 
     def describe(self):
+        return (f"PPO: A_i = R_i - mean_group R (group_size G = {self.group_size}, contiguous rows; no critic); "
+                + self._clipped("A_i"))
+
+    def _clipped(self, a: str) -> str:
+        """The clipped surrogate, its KL penalty, epochs and normaliser, for advantage ``a``."""
         kl = (f"minus {self.kl_coef} * {self.kl_kind}(pi, pi_ref) per token of mu's samples, pi_ref = frozen policy "
               f"when RL starts ({KL_PENALTY[self.kl_kind]})" if self.kl_coef > 0 else "no KL penalty")
-        return (f"PPO: A_i = R_i - mean_group R (group_size G = {self.group_size}, contiguous rows; no critic); "
-                f"rho_ij = exp(log pi(x_ij) - log mu(x_ij)) with mu the behaviour log-probs recorded at sampling; "
-                f"s_ij = min(rho A_i, clip(rho, 1-{self.clip_eps}, 1+{self.clip_eps}) A_i) {kl}; "
+        return (f"rho_ij = exp(log pi(x_ij) - log mu(x_ij)) with mu the behaviour log-probs recorded at sampling; "
+                f"s_ij = min(rho {a}, clip(rho, 1-{self.clip_eps}, 1+{self.clip_eps}) {a}) {kl}; "
                 f"{self.epochs} epochs x {self.minibatches} minibatches per rollout batch; "
                 f"{self._normaliser()}; {_MASK}")
+
+
+@register
+@dataclass
+class PPOCritic(PPO):
+    """PPO with a turn-level critic and GAE (Schulman et al. 2016), the classic actor-critic PPO.
+
+    The critic :math:`V_\\phi(h_t)` (:class:`agent_lab.critic.TurnCritic`, created at the first batch) reads the
+    policy's hidden state where turn t's action starts, detached, so its loss never trains the policy. Each batch:
+    the advantages are ``estimators.gae_targets`` of the critic's values *before* it sees the batch (a row cut
+    by the context bootstraps from the state after its last turn), then the critic regresses on the batch's
+    lambda-returns for ``critic_steps`` Adam steps. The clipped surrogate and its options are PPO's; the critic
+    and its optimizer are saved in the checkpoint (:meth:`state_dict`)."""
+
+    gamma: float = 1.0  # discount over turns
+    gae_lambda: float = 0.95  # 0: one-step TD residual (most bias), 1: Monte-Carlo return minus V (most variance)
+    critic_lr: float = 3e-3
+    critic_steps: int = 50  # full-batch Adam steps on the value loss per rollout batch
+    critic_hidden: int = 64  # width of the critic's two tanh layers
+
+    name: ClassVar[str] = "ppo_gae"
+    needs_groups: ClassVar[bool] = False
+    needs_decision_states: ClassVar[bool] = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"gae_gamma must be in (0, 1], got {self.gamma}")
+        if not 0 <= self.gae_lambda <= 1:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
+        if not self.critic_lr > 0:
+            raise ValueError(f"critic_lr must be > 0, got {self.critic_lr}")
+        _positive("critic_steps", self.critic_steps)
+        _positive("critic_hidden", self.critic_hidden)
+        self.critic, self.critic_optimizer, self._stats = None, None, {}
+
+    def _build_critic(self, in_features: int, device) -> None:
+        from agent_lab.critic import TurnCritic
+
+        self.critic = TurnCritic(in_features, hidden=self.critic_hidden).to(device)
+        self.critic_optimizer = torch.optim.Adam(self.critic.parameters(), lr=self.critic_lr)
+
+    def advantages(self, batch, state, features=None):
+        if features is None:
+            raise ValueError("ppo_gae needs the policy's decision states: advantages(batch, state, features)")
+        decisions, after_last = (f.float() for f in features)
+        if self.critic is None:
+            self._build_critic(decisions.shape[-1], decisions.device)
+        mask = batch.turn_mask
+        with torch.no_grad():
+            values, bootstrap = self.critic(decisions), self.critic(after_last)
+        adv, targets = gae_targets(batch.rewards, values, mask, self.gamma, self.gae_lambda, ~batch.truncated,
+                                   torch.where(batch.truncated, bootstrap, torch.zeros_like(bootstrap)))
+        before = reduce_loss(*value_loss(values, targets, mask))
+        with torch.enable_grad():  # the critic's own fit, whatever the caller's grad mode
+            for _ in range(self.critic_steps):
+                loss = reduce_loss(*value_loss(self.critic(decisions), targets, mask))
+                self.critic_optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.critic_optimizer.step()
+        with torch.no_grad():
+            after = reduce_loss(*value_loss(self.critic(decisions), targets, mask))
+        real = mask.bool()
+        self._stats = {"value_loss": float(before), "value_loss_after_fit": float(after),
+                       "explained_variance": float(explained_variance(values, targets, real)),
+                       "value_mean": float(values[real].mean()) if real.any() else float("nan")}
+        return adv
+
+    def statistics(self, batch):
+        """The critic on this batch, before its fit: ``value_loss`` (1/2 squared error to the lambda-returns),
+        ``explained_variance`` of the lambda-returns by its values, ``value_mean``; and ``value_loss_after_fit``."""
+        return dict(self._stats)
+
+    def state_dict(self):
+        if self.critic is None:
+            return {}
+        return {"in_features": self.critic.in_features, "critic": self.critic.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict()}
+
+    def load_state_dict(self, state):
+        if not state:
+            return
+        device = next(iter(state["critic"].values())).device
+        self._build_critic(int(state["in_features"]), device)
+        self.critic.load_state_dict(state["critic"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+    def describe(self):
+        return (f"PPO with a turn-level critic: A_it = GAE(gamma = {self.gamma:g}, lambda = {self.gae_lambda:g}) over "
+                f"turns, delta_it = r_it + gamma V(h_i,t+1) - V(h_it) (V = 0 after a terminal turn), V an MLP "
+                f"(width {self.critic_hidden}) on the policy's detached hidden state at turn t's first action "
+                f"token, fitted after the advantages for {self.critic_steps} Adam steps (lr {self.critic_lr:g}) on "
+                f"L_V = mean over turns of (V - (A + V_old))^2 / 2; A_it on turn t's tokens; " + self._clipped("A_it"))
 
 
 @register

@@ -33,7 +33,7 @@ def tour() -> None:
         ("agent_lab.policy", "tokenizer and the tiny transformer with a KV cache"),
         ("agent_lab.rollout", "batched multi-turn sampling with behaviour log-probabilities"),
         ("agent_lab.estimators", "returns, baselines, advantages, losses, aggregation, diagnostics"),
-        ("agent_lab.algorithms", "REINFORCE, RLOO, GRPO, Dr.GRPO, ReST-EM, PPO, SFT"),
+        ("agent_lab.algorithms", "REINFORCE, RLOO, GRPO, Dr.GRPO, GiGPO, ReST-EM, PPO, PPO+GAE, SFT"),
         ("agent_lab.update", "the loss of a batch, its statistics, micro-batched optimizer steps"),
         ("agent_lab.trainer", "the SFT and RL loops (train_sft, train_rl, train)"),
         ("agent_lab.evaluation", "frozen-checkpoint evaluation against the planner's optimum"),
@@ -44,7 +44,8 @@ def tour() -> None:
 
 #: Flag help for the settings a first run is most likely to change.
 _HELP = {
-    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo (sft: supervised steps only)",
+    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo | ppo_gae (sft: supervised steps only)",
+    "gae_lambda": "ppo_gae: GAE's lambda over turns (0: TD residual of the critic, 1: return minus the critic)",
     "step_weight": "gigpo: weight of the anchor-state step advantage (0: Dr.GRPO)",
     "anchor": "gigpo: turns share a baseline when they act in the same state | history",
     "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",

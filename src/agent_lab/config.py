@@ -172,12 +172,16 @@ FLAT: dict[str, tuple[str, str]] = {
     **{k: ("run", k) for k in ("device", "bf16", "cpu_threads", "micro_batch_size", "run_dir", "checkpoint_every",
                                "resume", "time_limit_s")},
 }
-#: Flat keyword of an algorithm's own option -> (algorithm, option name, default).
+#: Flat keyword of an algorithm's own option -> (algorithm or algorithms, option name, default).
 OPTION_OF: dict[str, tuple[str, str, Any]] = {
     "baseline": ("reinforce", "baseline", "none"), "baseline_value": ("reinforce", "baseline_value", 0.0),
     "reward_to_go": ("reinforce", "reward_to_go", False), "gamma": ("reinforce", "gamma", 1.0),
-    "ppo_epochs": ("ppo", "epochs", 4), "minibatches": ("ppo", "minibatches", 1), "clip_eps": ("ppo", "clip_eps", 0.2),
-    "kl_coef": ("ppo", "kl_coef", 0.0), "kl_kind": ("ppo", "kl_kind", "k3"),
+    **{k: (("ppo", "ppo_gae"), name, default) for k, name, default in (
+        ("ppo_epochs", "epochs", 4), ("minibatches", "minibatches", 1), ("clip_eps", "clip_eps", 0.2),
+        ("kl_coef", "kl_coef", 0.0), ("kl_kind", "kl_kind", "k3"))},
+    "gae_gamma": ("ppo_gae", "gamma", 1.0), "gae_lambda": ("ppo_gae", "gae_lambda", 0.95),
+    "critic_lr": ("ppo_gae", "critic_lr", 3e-3), "critic_steps": ("ppo_gae", "critic_steps", 50),
+    "critic_hidden": ("ppo_gae", "critic_hidden", 64),
     "rest_em_epochs": ("rest_em", "epochs", 2), "rest_em_threshold": ("rest_em", "threshold", 1.0),
     "step_weight": ("gigpo", "step_weight", 1.0), "anchor": ("gigpo", "anchor", "state"),
     "gigpo_gamma": ("gigpo", "gamma", 1.0),
@@ -289,6 +293,8 @@ class TrainConfig:
         if self.algorithm.steps and algo.needs_groups and a.group_size < 2:
             raise ValueError(f"algo {a.name!r} compares samples within a group: group_size must be >= 2, "
                              f"got {a.group_size}")
+        if self.algorithm.steps and algo.needs_decision_states and world_size > 1:
+            raise ValueError(f"algo {a.name!r} fits its critic on one process's batch; run it without torchrun")
         n_groups = a.batch_size // a.group_size
         if n_groups % world_size:
             raise ValueError(f"the {n_groups} task groups of a batch must split evenly over {world_size} workers; "
@@ -324,12 +330,13 @@ def _apply_flat(sections: dict[str, dict], plugins: dict, flat: dict) -> tuple[d
         algo.update(name=AlgorithmConfig.name, steps=0, objective=None)
     options = dict(algo["options"]) if "algo" not in flat or flat["algo"] == given_name else {}
     for key, (owner, name, default) in OPTION_OF.items():
+        owners = (owner,) if isinstance(owner, str) else owner
         if key in flat:
-            if owner == algo["name"]:
+            if algo["name"] in owners:
                 options[name] = flat[key]
             elif flat[key] != default:
-                raise ValueError(f"{key}={flat[key]!r} is an option of algo {owner!r}, not of {algo['name']!r}; "
-                                 f"drop it or set algo={owner!r}")
+                raise ValueError(f"{key}={flat[key]!r} is an option of algo {' or '.join(map(repr, owners))}, not of "
+                                 f"{algo['name']!r}; drop it or set algo={owners[0]!r}")
     algo["options"] = options
     _apply_plugin_flags(plugins, flat)
     return sections, plugins

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from agent_lab.estimators import reduce_loss, value_loss
 from agent_lab.estimators._validation import as_turn_ids, positive_int
 
-__all__ = ["TurnCritic", "decision_positions", "decision_states", "fit_critic"]
+__all__ = ["TurnCritic", "decision_positions", "decision_states", "fit_critic", "policy_features"]
 
 
 class TurnCritic(nn.Module):
@@ -100,6 +100,17 @@ def decision_states(hidden: Tensor, turn_ids: Tensor, turns: int) -> Tensor:
     positions, present = decision_positions(turn_ids, turns)
     picked = hidden.gather(1, positions[:, :, None].expand(-1, -1, hidden.shape[-1]))
     return torch.where(present[:, :, None], picked, torch.zeros_like(picked))
+
+
+def policy_features(policy, batch) -> tuple[Tensor, Tensor]:
+    """What a turn-level critic reads from a rollout batch: the policy's hidden states at each turn's decision,
+    ``[B, T, d]`` (:func:`decision_states`), and after the last turn, ``[B, d]``: the last real position, which
+    has read the whole episode, where the next turn's decision would be made (the bootstrap of a cut row).
+    Computed with the policy's gradient; call it under ``torch.no_grad()`` for a separate critic."""
+    hidden = policy.hidden_states(batch.input_ids, batch.attention_mask)
+    last = batch.attention_mask.long().sum(-1) - 1
+    after = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    return decision_states(hidden, batch.turn_ids, batch.rewards.shape[1]), after
 
 
 def fit_critic(critic: nn.Module, features: Tensor, targets: Tensor, turn_mask: Tensor, *, steps: int = 200,

@@ -36,6 +36,7 @@ from torch import Tensor
 from agent_lab import distributed as D
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.config import TrainConfig
+from agent_lab.critic import policy_features
 from agent_lab.device import pick_device
 from agent_lab.diagnostics import MetricsWriter, Progress, plot_curves
 from agent_lab.estimators.logprobs import token_logprobs
@@ -274,6 +275,8 @@ def restore(run: Run, path: Path) -> None:
     run.model.load_state_dict(saved["model"])
     run.optimizer.load_state_dict(saved["optimizer"])
     run.state = AlgoState(**saved["algo_state"])
+    if saved.get("algorithm") and saved.get("config", {}).get("algorithm", {}).get("name") == run.algo.name:
+        run.algo.load_state_dict(saved["algorithm"])  # a critic; an SFT checkpoint or another algorithm has none
     run.step, run.elapsed0, run.episodes = saved["step"], saved["elapsed_s"], saved["episodes"]
     run.history, run.reached = list(saved["history"]), saved.get("reached_optimum_at")
     if saved.get("ref_model") is not None:
@@ -301,7 +304,8 @@ def save(run: Run) -> None:
                         algo_state=run.state.to_dict(), step=run.step, elapsed_s=run.elapsed(),
                         episodes=run.episodes, history=run.history, config=run.cfg.to_dict(),
                         reached_optimum_at=run.reached, loss_description=run.description,
-                        ref_model=run.ref_model.state_dict() if run.ref_model is not None else None)
+                        ref_model=run.ref_model.state_dict() if run.ref_model is not None else None,
+                        algorithm=run.algo.state_dict())
 
 
 def finish_run(run: Run) -> TrainResult:
@@ -431,6 +435,10 @@ def collect(run: Run, step: int) -> tuple[RolloutBatch, RolloutBatch, dict]:
 
 
 def advantages(run: Run, batch: RolloutBatch, advantage_fn: AdvantageFn | None) -> Tensor:
+    if advantage_fn is None and run.algo.needs_decision_states:
+        with torch.no_grad(), run.amp():
+            features = policy_features(run.model, batch)
+        return run.algo.advantages(batch, run.state, features)
     if advantage_fn is None:
         return run.algo.advantages(batch, run.state)
     rewards = batch.episode_return

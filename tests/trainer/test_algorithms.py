@@ -10,6 +10,7 @@ from conftest import FAST, tiny_policy
 from exact_batches import number_search_states
 
 from agent_lab.algorithms import ALGORITHMS, AlgoState, make_algorithm
+from agent_lab.critic import policy_features
 from agent_lab.envs import make_env
 from agent_lab.estimators.advantages import group_centered_advantages, group_standardized_advantages, rloo_advantages
 from agent_lab.estimators import KL_OLD_NEW
@@ -42,8 +43,9 @@ def _neg(num, den):
     return -num, den
 
 
-def _expected(name, lp, b, max_tokens):
-    """The same loss written directly against the estimator library (the reference)."""
+def _expected(name, lp, b, max_tokens, adv):
+    """The same loss written directly against the estimator library (the reference); ``adv``: the algorithm's
+    advantages, needed only where they come from a critic (their own test: test_ppo_gae.py)."""
     R, m = b.episode_return, b.action_mask
     if name == "reinforce":
         return _neg(*aggregate(reinforce_surrogate(lp, R), m, "constant", max_tokens=max_tokens))
@@ -59,6 +61,9 @@ def _expected(name, lp, b, max_tokens):
     if name == "ppo":
         s, _ = ppo_clipped_surrogate(lp, b.old_logprobs, group_centered_advantages(R, G), m, clip_eps=0.2)
         return _neg(*aggregate(s, m, "constant", max_tokens=max_tokens))
+    if name == "ppo_gae":
+        s, _ = ppo_clipped_surrogate(lp, b.old_logprobs, adv, m, clip_eps=0.2, turn_ids=b.turn_ids)
+        return _neg(*aggregate(s, m, "constant", max_tokens=max_tokens))
     if name == "sft":
         return _neg(*aggregate(lp, m, "token_mean"))
     if name == "gigpo":
@@ -73,10 +78,15 @@ def test_trainer_loss_equals_the_estimator_library_loss(setup, name):
     env, tok, model, b = setup
     mt = max_action_tokens(env)
     algo = make_algorithm(name, group_size=G, max_tokens=mt)
-    adv = algo.advantages(b, AlgoState())
+    if algo.needs_decision_states:
+        with torch.no_grad():
+            adv = algo.advantages(b, AlgoState(), policy_features(model, b))
+        assert adv.shape == b.rewards.shape
+    else:
+        adv = algo.advantages(b, AlgoState())
     loss, stats = loss_and_stats(model, b, adv, algo)
     lp = token_logprobs(policy_logits(model, b, b.temperature), b.input_ids[:, 1:])
-    num, den = _expected(name, lp, b, mt)
+    num, den = _expected(name, lp, b, mt, adv)
     torch.testing.assert_close(loss, num / den)
     if name != "sft":
         assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5), "theta = theta_old: every ratio is one"
@@ -101,7 +111,7 @@ def test_student_hooks_replace_advantage_and_loss(setup):
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_each_algorithm_runs_a_few_steps_and_writes_its_run_directory(tmp_path, name):
     extra = {"sft_steps": 1} if name != "sft" else {}
-    if name == "ppo":
+    if name in ("ppo", "ppo_gae"):
         extra.update(ppo_epochs=2, minibatches=2, kl_coef=0.05)
     if name == "reinforce":
         extra.update(baseline="running_mean", reward_to_go=True)
@@ -120,7 +130,7 @@ def test_each_algorithm_runs_a_few_steps_and_writes_its_run_directory(tmp_path, 
         for k in ("degenerate_fraction", "entropy", KL_OLD_NEW, "grad_norm_before", "grad_norm_after",
                   "ess_fraction", "episode_turns", "success", "reward_mean", "logprob_gap_max", "logprob_gap_mean"):
             assert k in last, k
-    if name == "ppo":
+    if name in ("ppo", "ppo_gae"):
         assert {"clip_fraction", "clip_frac_pos", "clip_frac_neg", KL_NEW_REF} <= set(last)
 
 

@@ -37,8 +37,9 @@ def interrupted(monkeypatch, cfg, run_dir, steps: int) -> None:
             train(cfg, run_dir=str(run_dir), progress=False)
 
 
-def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path, monkeypatch):
-    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 2, "steps": 3, "candidate_mask": True,
+@pytest.mark.parametrize("algo", ["dr_grpo", "ppo_gae"])  # ppo_gae: its critic must come back too
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(tmp_path, monkeypatch, algo):
+    cfg = TrainConfig(**{**FAST, "algo": algo, "sft_steps": 2, "steps": 3, "candidate_mask": True,
                          "checkpoint_every": 1})
     full = train(cfg, run_dir=str(tmp_path / "a"), progress=False)
     interrupted(monkeypatch, cfg, tmp_path / "b", 3)

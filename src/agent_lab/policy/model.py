@@ -202,7 +202,13 @@ class TinyTransformer(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 segment_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Teacher-forced logits ``[B, L, V]`` for right-padded ``input_ids [B, L]``.
+        """Teacher-forced logits ``[B, L, V]``: the output head on :meth:`hidden_states`."""
+        return self.head(self.hidden_states(input_ids, attention_mask, segment_ids))
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The last layer's normalised states ``[B, L, d_model]`` for right-padded ``input_ids [B, L]`` (what the
+        output head reads; a critic can read them too, :func:`agent_lab.critic.decision_states`).
 
         Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
         enough for real positions; ``attention_mask`` additionally hides padding keys. ``segment_ids
@@ -228,7 +234,7 @@ class TinyTransformer(nn.Module):
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
-        return self.head(self.ln_f(x))
+        return self.ln_f(x)
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
         p = self.tok_emb.weight
