@@ -149,7 +149,8 @@ def _fake_result(cfg):
 
 def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, capsys):
     rows = _load("bench_credit_training").main(["--tiny", "--results", str(tmp_path / "c.json")])
-    assert [r["arm"] for r in rows] == ["cold start", "Dr.GRPO", "GiGPO, state anchors", "GiGPO, history anchors"]
+    assert [r["arm"] for r in rows] == ["cold start", "Dr.GRPO", "GiGPO, state anchors", "GiGPO, history anchors",
+                                        "PPO, turn critic (GAE)"]
     assert all(r["episodes"] == 16 for r in rows[1:]), "one step of 16 episodes per arm"
     for r in rows:
         for v in r["eval"].values():
