@@ -27,6 +27,21 @@ def tiny_policy(tok: WordTokenizer, seed: int = 0, **kw) -> TinyTransformer:
     return TinyTransformer(ModelConfig(len(tok), **{"d_model": 32, "n_layers": 2, "n_heads": 4, **kw}))
 
 
+def grouped_number_search_batch(policy_seed: int, groups: int, group_size: int, temperature: float = 1.0):
+    """``(env, tokenizer, policy, batch)``: a tiny policy's masked rollouts of ``groups`` number-search tasks,
+    ``group_size`` contiguous samples each."""
+    from agent_lab.envs import make_env
+    from agent_lab.rollout import SamplingConfig, collect_rollouts
+
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    model = tiny_policy(tok, seed=policy_seed)
+    tasks = [t for t in env.sample_tasks(0, groups) for _ in range(group_size)]
+    batch = collect_rollouts(model, tok, env, tasks, SamplingConfig(temperature=temperature, candidate_mask=True),
+                             torch.Generator().manual_seed(0))
+    return env, tok, model, batch
+
+
 #: A fast TrainConfig for number search (a few steps of a tiny model).
 FAST = dict(d_model=32, n_layers=1, n_heads=2, batch_size=32, group_size=4, sft_batch_size=16, eval_every=0,
             steps=2)

@@ -6,20 +6,17 @@ import json
 
 import pytest
 import torch
-from conftest import FAST, tiny_policy
+from conftest import FAST, grouped_number_search_batch
 from exact_batches import number_search_states
 
 from agent_lab.algorithms import ALGORITHMS, AlgoState, make_algorithm
 from agent_lab.critic import policy_features
-from agent_lab.envs import make_env
 from agent_lab.estimators.advantages import group_centered_advantages, group_standardized_advantages, rloo_advantages
 from agent_lab.estimators import KL_OLD_NEW
 from agent_lab.estimators.aggregation import aggregate
 from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
-from agent_lab.policy import WordTokenizer
-from agent_lab.rollout import SamplingConfig, collect_rollouts
 from agent_lab.trainer import TrainConfig, loss_and_stats, max_action_tokens, policy_logits, train
 from agent_lab.update import KL_NEW_REF
 
@@ -29,12 +26,7 @@ G = 4
 @pytest.fixture(scope="module")
 def setup():
     torch.set_num_threads(1)
-    env = make_env("number-search", mask_actions=True)
-    tok = WordTokenizer.from_env(env)
-    model = tiny_policy(tok, seed=1)
-    tasks = [t for t in env.sample_tasks(0, 8) for _ in range(G)]
-    b = collect_rollouts(model, tok, env, tasks, SamplingConfig(temperature=0.9, candidate_mask=True),
-                         torch.Generator().manual_seed(0))
+    env, tok, model, b = grouped_number_search_batch(1, 8, G, temperature=0.9)
     assert 0 < float(b.success.float().mean()) < 1, "need mixed outcomes for a meaningful comparison"
     return env, tok, model, b
 

@@ -10,16 +10,13 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import FAST, tiny_policy
+from conftest import FAST, grouped_number_search_batch
 
 from agent_lab.algorithms import AlgoState, make_algorithm
 from agent_lab.critic import policy_features
-from agent_lab.envs import make_env
 from agent_lab.estimators import explained_variance, reduce_loss, value_loss
 from agent_lab.estimators.credit import gae_targets
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate
-from agent_lab.policy import WordTokenizer
-from agent_lab.rollout import SamplingConfig, collect_rollouts
 from agent_lab.trainer import TrainConfig, train
 
 G = 4
@@ -28,11 +25,7 @@ G = 4
 @pytest.fixture(scope="module")
 def setup():
     torch.set_num_threads(1)
-    env = make_env("number-search", mask_actions=True)
-    tok = WordTokenizer.from_env(env)
-    model = tiny_policy(tok, seed=2)
-    tasks = [t for t in env.sample_tasks(0, 8) for _ in range(G)]
-    b = collect_rollouts(model, tok, env, tasks, SamplingConfig(candidate_mask=True), torch.Generator().manual_seed(0))
+    _, _, model, b = grouped_number_search_batch(2, 8, G)
     assert 0 < float(b.success.float().mean()) < 1 and int(b.num_turns.max()) > 1
     with torch.no_grad():
         return model, b, policy_features(model, b)
