@@ -34,11 +34,15 @@ def commit() -> str | None:
     return out.stdout.strip() + ("+uncommitted" if dirty else "") if out.returncode == 0 else None
 
 
+#: The commit of the code a benchmark runs: taken when it starts, since a long run may outlast a commit.
+STARTED_AT = commit()
+
+
 def save_section(path: Path, section: str, rows: list[dict], command: str) -> None:
     """Write ``rows`` as ``section`` of the JSON file at ``path``, keeping its other sections."""
     data = json.loads(path.read_text()) if path.exists() else {"sections": {}}
     data["sections"][section] = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                                 "machine": machine(), "commit": commit(), "rows": rows}
+                                 "machine": machine(), "commit": STARTED_AT, "rows": rows}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(_finite_or_null(data), indent=1) + "\n")
 
