@@ -457,9 +457,11 @@ class PPOCritic(PPO):
     def advantages(self, batch, state, features=None):
         if features is None:
             raise ValueError("ppo_gae needs the policy's decision states: advantages(batch, state, features)")
-        decisions, after_last = (f.float() for f in features)
+        decisions, after_last = features
         if self.critic is None:
             self._build_critic(decisions.shape[-1], decisions.device)
+        dtype = next(self.critic.parameters()).dtype  # bf16 states under autocast, float64 ones in the book
+        decisions, after_last = decisions.to(dtype), after_last.to(dtype)
         mask = batch.turn_mask
         with torch.no_grad():
             values, bootstrap = self.critic(decisions), self.critic(after_last)

@@ -121,3 +121,16 @@ def test_ppo_gae_trains_from_flat_settings_logs_its_critic_and_saves_it(tmp_path
         TrainConfig(**{**FAST, "algo": "dr_grpo", "gae_lambda": 0.5})
     with pytest.raises(ValueError, match="without torchrun"):
         TrainConfig(**{**FAST, "algo": "ppo_gae"}).validate(world_size=2)
+
+
+def test_the_critic_takes_features_of_any_float_type(setup):
+    _, b, features = setup
+    for made, given in ((torch.float32, torch.float64), (torch.float64, torch.float32)):
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(made)  # the book's chapters compute in float64
+        try:
+            algo = _algo()
+            adv = algo.advantages(b, AlgoState(), tuple(f.to(given) for f in features))
+        finally:
+            torch.set_default_dtype(old)
+        assert next(algo.critic.parameters()).dtype == made and torch.isfinite(adv).all()
