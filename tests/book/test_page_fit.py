@@ -1,14 +1,16 @@
-"""Source-level page fit (no build): every code cell and literal block (pseudocode in a ```text fence) of the book
-wraps at 88 characters, so it fits the text column without a horizontal scrollbar. The browser test checks what the
-built pages actually show."""
+"""Page fit of the text: every code cell and literal block (pseudocode in a ```text fence) of the book
+wraps at 88 characters, so it fits the text column without a horizontal scrollbar, and so does every line a cell
+prints in the built book. The browser test checks what the built pages actually show."""
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from ._asserts import CELL
+from ._built import built_html
 
 BOOK = Path(__file__).resolve().parents[2] / "book"
 WIDTH = 88
@@ -51,3 +53,54 @@ def test_literal_blocks_are_found():
 
 def test_the_check_sees_every_chapter():
     assert len(CHAPTERS) >= 20 and any(p.parent.name == "part3" for p in CHAPTERS)
+
+
+class _OutputText(HTMLParser):
+    """The text of every ``<pre>`` inside a cell's output (``div.cell_output``) of a built page."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks: list[str] = []
+        self._divs: list[bool] = []  # for each open div: is it a cell output?
+        self._pre = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "div":
+            self._divs.append("cell_output" in (dict(attrs).get("class") or "").split())
+        elif tag == "pre" and any(self._divs):
+            self._pre += 1
+            self.blocks.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "div" and self._divs:
+            self._divs.pop()
+        elif tag == "pre" and self._pre:
+            self._pre -= 1
+
+    def handle_data(self, data):
+        if self._pre:
+            self.blocks[-1] += data
+
+
+def long_output_lines(page: str) -> list[str]:
+    parser = _OutputText()
+    parser.feed(page)
+    return [line for block in parser.blocks for line in block.splitlines() if len(line) > WIDTH]
+
+
+def test_long_output_lines_are_found():
+    page = ('<div class="cell_output docutils container"><div class="output stream"><pre>short\n' + "y" * 90
+            + '</pre></div></div><div class="cell_input"><pre>' + "z" * 95 + "</pre></div>")
+    assert long_output_lines(page) == ["y" * 90]
+
+
+def test_printed_outputs_wrap_at_88_characters():
+    """What a cell prints fits the text column too: a longer line would wrap in the page and break its table."""
+    root = built_html()
+    long = {}
+    for page in sorted(root.glob("part*/*.html")):
+        lines = long_output_lines(page.read_text(encoding="utf-8"))
+        if lines:
+            long[page.relative_to(root).as_posix()] = [f"{len(line)}: {line[:70]}" for line in lines]
+    assert not long, f"printed lines longer than {WIDTH} characters:\n" + "\n".join(
+        f"{k}:\n  " + "\n  ".join(v) for k, v in long.items())
