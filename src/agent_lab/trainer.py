@@ -273,6 +273,12 @@ def restore(run: Run, path: Path) -> None:
                 for f in dataclasses.fields(mine) if getattr(mine, f.name) != getattr(theirs, f.name)]
         raise ValueError(f"{path}: the checkpoint's policy differs from the configuration's model: {', '.join(diff)}")
     run.model.load_state_dict(saved["model"])
+    if "optimizer" not in saved:  # a policy alone (save_checkpoint's export): its weights, a fresh optimizer
+        if run.cfg.run.resume:
+            raise ValueError(f"{path} holds a policy alone (no optimizer state, counters or history), so no run "
+                             "resumes from it: pass it as init= to start the RL phase from its weights")
+        run.step = run.cfg.sft.steps
+        return
     run.optimizer.load_state_dict(saved["optimizer"])
     run.state = AlgoState(**saved["algo_state"])
     if saved.get("algorithm") and saved.get("config", {}).get("algorithm", {}).get("name") == run.algo.name:

@@ -9,8 +9,10 @@ from conftest import FAST
 import agent_lab.envs
 import agent_lab.evaluation
 import agent_lab.trainer as trainer_mod
+from agent_lab.checkpoints import save_checkpoint
 from agent_lab.cli import main as cli_main
-from agent_lab.trainer import TrainConfig, train
+from agent_lab.policy import WordTokenizer
+from agent_lab.trainer import TrainConfig, build_env, train
 
 
 class Crash(Exception):
@@ -74,6 +76,14 @@ def test_sft_then_rl_from_its_result_equals_one_run(tmp_path):
     assert [h["step"] for h in bare.history] == [2, 3]
     with pytest.raises(ValueError, match="pass init=train_sft"):
         trainer_mod.train_rl(cfg, run_dir=str(tmp_path / "rl4"), progress=False)
+    # a policy exported alone (save_checkpoint, as bench/results/crafting-full holds) starts RL as the bare policy
+    export = save_checkpoint(tmp_path / "policy.pt", cold.policy, WordTokenizer.from_env(build_env(cfg)))
+    exported = trainer_mod.train_rl(cfg, init=export, run_dir=str(tmp_path / "rl5"), progress=False)
+    assert [h["loss"] for h in exported.history] == [h["loss"] for h in bare.history]
+    (tmp_path / "rl6").mkdir()
+    (tmp_path / "rl6" / "checkpoint.pt").write_bytes(export.read_bytes())
+    with pytest.raises(ValueError, match="holds a policy alone .* pass it as init="):
+        trainer_mod.train_rl(cfg, run_dir=str(tmp_path / "rl6"), resume=True, progress=False)
 
 
 def test_dynamic_sampling_fills_the_update_with_disagreeing_groups_and_resumes_exactly(tmp_path, monkeypatch):
