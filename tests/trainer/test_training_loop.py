@@ -11,8 +11,7 @@ import agent_lab.evaluation
 import agent_lab.trainer as trainer_mod
 from agent_lab.checkpoints import save_checkpoint
 from agent_lab.cli import main as cli_main
-from agent_lab.policy import WordTokenizer
-from agent_lab.trainer import TrainConfig, build_env, train
+from agent_lab.trainer import TrainConfig, train
 
 
 class Crash(Exception):
@@ -77,7 +76,7 @@ def test_sft_then_rl_from_its_result_equals_one_run(tmp_path):
     with pytest.raises(ValueError, match="pass init=train_sft"):
         trainer_mod.train_rl(cfg, run_dir=str(tmp_path / "rl4"), progress=False)
     # a policy exported alone (save_checkpoint, as bench/results/crafting-full holds) starts RL as the bare policy
-    export = save_checkpoint(tmp_path / "policy.pt", cold.policy, WordTokenizer.from_env(build_env(cfg)))
+    export = save_checkpoint(tmp_path / "policy.pt", cold.policy, cold.tokenizer)
     exported = trainer_mod.train_rl(cfg, init=export, run_dir=str(tmp_path / "rl5"), progress=False)
     assert [h["loss"] for h in exported.history] == [h["loss"] for h in bare.history]
     (tmp_path / "rl6").mkdir()
