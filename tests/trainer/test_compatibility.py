@@ -1,6 +1,8 @@
-"""What the trainer wrote and computed before its redesign still loads and computes the same, bit for bit:
-the assignment's grader-side training run, and runs stopped mid-way by the old code resumed by today's
-(fixtures/README.md says how the files were made)."""
+"""What the trainer wrote and computed before its redesign still loads and computes the same: the assignment's
+grader-side training run, and runs stopped mid-way by the old code resumed by today's (fixtures/README.md says
+how the files were made). On one CPU the old and the new code agree bit for bit; float32 kernels round
+differently on different CPUs (AVX2, AVX-512, AMX), so the logged numbers are compared to a tolerance that such
+rounding keeps and any change of formula breaks, and the weights by a fingerprint (sum and norm per tensor)."""
 
 from __future__ import annotations
 
@@ -16,14 +18,32 @@ from agent_lab.config import TrainConfig
 from agent_lab.envs import make_env
 from agent_lab.evaluation import evaluate, load_checkpoint
 from agent_lab.trainer import train
-from fixtures.make_fixtures import KEYS, digest, dr_grpo_advantages, dr_grpo_loss
+from fixtures.make_fixtures import KEYS, dr_grpo_advantages, dr_grpo_loss, fingerprint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
 
+#: What two CPUs' float32 rounding leaves between the same computations (the fixtures' second CPU differed by at
+#: most 2.6e-4 relative in a logged entropy, 1.3e-6 absolute; a loss of 4e-11 on one was -0.0 on the other).
+REL, ABS = 1e-3, 1e-6
+
+
 def logged(history: list[dict]) -> list[dict]:
     return [{k: r[k] for k in KEYS if k in r} for r in history]
+
+
+def assert_same_run(history: list[dict], policy, want: dict) -> None:
+    """``history`` logged what the old run logged, and ``policy`` ended with its weights, to float32 rounding."""
+    expected = [{k: r[k] for k in KEYS if k in r} for r in want["history"]]
+    got = logged(history)
+    assert [sorted(r) for r in got] == [sorted(r) for r in expected]
+    for step, (g, e) in enumerate(zip(got, expected)):
+        assert g == pytest.approx(e, rel=REL, abs=ABS), f"step {step}: logged {g}, the old run logged {e}"
+    mine = fingerprint(policy)
+    assert list(mine) == list(want["weights_fingerprint"])
+    for name, values in want["weights_fingerprint"].items():
+        assert mine[name] == pytest.approx(values, rel=REL, abs=ABS), f"{name}: sum and norm {mine[name]}, old {values}"
 
 
 class _Elsewhere(torch.autograd.Function):
@@ -52,9 +72,8 @@ def test_the_assignments_training_run_gives_todays_numbers_for_the_same_seed():
     report = evaluate(result.policy, make_env("number-search", mask_actions=True), "test", "greedy",
                       tokenizer=result.tokenizer, candidate_mask=True)
     want = EXPECTED["assignment"]
-    assert logged(result.history) == [{k: r[k] for k in KEYS if k in r} for r in want["history"]]
+    assert_same_run(result.history, result.policy, want)
     assert report.success == want["greedy_success"] == 14 / 16
-    assert digest(result.policy) == want["weights_sha256"]
 
 
 def test_a_loss_computed_outside_autograd_trains_like_the_same_loss_in_autograd():
@@ -74,9 +93,8 @@ def test_a_run_stopped_by_the_old_trainer_resumes_into_the_uninterrupted_runs_we
     cfg = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))  # flat, with stop_after
     resumed = train(cfg, run_dir=str(run_dir), resume=True, progress=False)
     want = EXPECTED[name]
-    assert logged(resumed.history) == [{k: r[k] for k in KEYS if k in r} for r in want["history"]]
+    assert_same_run(resumed.history, resumed.policy, want)
     assert resumed.episodes == want["episodes"]
-    assert digest(resumed.policy) == want["weights_sha256"], "the resumed weights differ from the old run's"
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == len(want["history"])
     # the new config.json is nested and loads back to the same settings
     again = TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text()))
