@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from agent_lab.envs.base import OPEN_ENDED
 from agent_lab.policy import TinyTransformer, WordTokenizer
+from agent_lab.timing import span
 
 
 @dataclass
@@ -325,7 +326,8 @@ class _Rollout:
         self.constraint = _ActionConstraint(tok, self.max_words, self.device)
         self.amp = (torch.autocast(self.device.type, dtype=autocast_dtype) if autocast_dtype is not None
                     else contextlib.nullcontext())
-        prompts = env.reset(tasks)
+        with span("environment"):
+            prompts = env.reset(tasks)
         self.pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
         # The context window: a turn needs room for its observation, max_words action words and their newline.
         longest = max(len(p) for p in self.pending)
@@ -391,7 +393,8 @@ class _Rollout:
         """Phase 2: every live row samples action tokens, one incremental step at a time, until its newline."""
         B, tok, device = self.B, self.tok, self.device
         live_list = self.live.tolist()
-        cands = _env_allowed_actions(self.env, tok, live_list) if self.sampling.candidate_mask else None
+        with span("environment"):
+            cands = _env_allowed_actions(self.env, tok, live_list) if self.sampling.candidate_mask else None
         acting = self.live.clone().to(device)
         n_words = torch.zeros(B, dtype=torch.long, device=device)
         prefixes: list[list[int]] = [[] for _ in range(B)]
@@ -420,7 +423,8 @@ class _Rollout:
 
     def observe(self, t: int, actions: list[str]) -> None:
         """Phase 3: the environment steps every live row; record rewards, end episodes, queue observations."""
-        step = self.env.step(actions)
+        with span("environment"):
+            step = self.env.step(actions)
         for b in self.live.nonzero().squeeze(-1).tolist():
             self.rewards[b, t], self.turn_mask[b, t] = float(step.rewards[b]), True
             done, cut = bool(step.done[b]), bool(step.truncated[b])
@@ -442,7 +446,8 @@ class _Rollout:
         cols = [torch.cat([r[i] for r in self.records], 1) for i in range(6)]
         out = _compact(*cols, self.tok.pad_id)
         input_ids, am, device, B = out["input_ids"], out["attention_mask"], self.device, self.B
-        logs = self.env.episode_logs() if hasattr(self.env, "episode_logs") else []
+        with span("environment"):
+            logs = self.env.episode_logs() if hasattr(self.env, "episode_logs") else []
         return RolloutBatch(
             input_ids=input_ids, attention_mask=am, action_mask=out["action_mask"],
             old_logprobs=out["old_logprobs"], turn_ids=out["turn_ids"], allowed_tokens=out["allowed_tokens"],

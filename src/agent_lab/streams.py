@@ -14,6 +14,7 @@ import torch
 
 from agent_lab import distributed as D
 from agent_lab.rollout import RolloutBatch, collect_rollouts
+from agent_lab.timing import span
 
 
 def task_rng(seed: int, step: int, round_: int = 0) -> np.random.Generator:
@@ -48,8 +49,9 @@ def group_rollouts(run, step: int, round_: int = 0) -> RolloutBatch:
     """This worker's contiguous share of RL step ``step``'s task groups (``batch_size / group_size`` tasks x
     ``group_size`` samples; extra round ``round_`` of dynamic sampling), played by ``run.model`` as sampled."""
     cfg, a = run.cfg, run.cfg.algorithm
-    tasks = grouped(run.env.sample_tasks(task_rng(cfg.seed, step, round_), a.batch_size // a.group_size,
-                                         split="train"), a.group_size)
+    with span("environment"):
+        drawn = run.env.sample_tasks(task_rng(cfg.seed, step, round_), a.batch_size // a.group_size, split="train")
+    tasks = grouped(drawn, a.group_size)
     return collect_rollouts(run.model, run.tok, run.env, tasks[D.shard(len(tasks), run.info)], cfg.sampling,
                             sampling_generator(cfg.seed, step, run.info.rank, run.device, round_),
                             policy_version=step, autocast_dtype=run.amp_dtype)

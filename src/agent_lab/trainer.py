@@ -34,10 +34,11 @@ import torch
 from torch import Tensor
 
 from agent_lab import distributed as D
+from agent_lab import timing
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
-from agent_lab.device import pick_device
+from agent_lab.device import pick_device, release_freed_memory
 from agent_lab.diagnostics import MetricsWriter, Progress, plot_curves
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.statistics import degenerate_group_fraction
@@ -46,6 +47,7 @@ from agent_lab.plugins import AuxiliaryLoss, Collector, DemonstrationSource, Plu
 from agent_lab.policy import TinyTransformer, WordTokenizer
 from agent_lab.rollout import RolloutBatch, demonstration_batch
 from agent_lab.streams import demonstration_rng, group_rollouts, task_rng
+from agent_lab.timing import span
 from agent_lab.update import gradient_step, loss_and_stats, policy_logits, take
 
 __all__ = ["train", "train_sft", "train_rl", "TrainConfig", "TrainResult", "Run", "policy_logits", "loss_and_stats",
@@ -339,6 +341,7 @@ def _phase(run: Run, end: int, step_fn: Callable[[Run, int], dict], progress: bo
     bar = Progress(end, run.step, desc=run.algo.name if run.step >= run.cfg.sft.steps else "sft",
                    enabled=progress and run.info.is_main)
     for step in range(run.step, end):
+        timing.take()  # a step's phases start empty (work between steps is no step's)
         t = time.perf_counter()
         row = step_fn(run, step)
         finish_step(run, row, t, last=step == end - 1)
@@ -349,7 +352,10 @@ def _phase(run: Run, end: int, step_fn: Callable[[Run, int], dict], progress: bo
 
 
 def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
-    """After a step: episode counts, timing, evaluation, the metrics row, checkpoint, and the stop rules."""
+    """After a step: episode counts, timing, evaluation, the metrics row, checkpoint, and the stop rules.
+
+    ``step_s`` is the step's seconds before its evaluation; ``time_<phase>_s`` (:mod:`agent_lab.timing`) split
+    the step and its evaluation into phases, and ``time_other_s`` is what no phase covered."""
     cfg = run.cfg
     for k in ("success", "reward_mean", "loss", "observation_nll"):
         if k in row:
@@ -359,10 +365,12 @@ def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
     row.update(episodes=run.episodes, step_s=time.perf_counter() - t_start, elapsed_s=run.elapsed())
     every = cfg.evaluation.every
     if (every and (step + 1) % every == 0) or last:
-        run.last_eval = rep = _evaluate(run)
+        with span("evaluation"):
+            run.last_eval = rep = _evaluate(run)
         row.update(eval_success=rep.success, optimum=rep.optimum)
         if run.reached is None and rep.success >= rep.optimum - 1e-9:
             run.reached = {"step": step + 1, "seconds": row["elapsed_s"], "episodes": run.episodes}
+    row.update(phase_times(timing.take(), time.perf_counter() - t_start))
     run.history.append(row)
     if run.writer is not None:
         run.writer.write(row)
@@ -373,6 +381,14 @@ def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
               "time limit" if cfg.run.time_limit_s is not None and row["elapsed_s"] >= cfg.run.time_limit_s else None)
     if D.all_mean(float(reason is not None), run.info) > 0:  # every worker stops at the same step
         run.stopped = reason or "another worker stopped"
+    release_freed_memory()
+
+
+def phase_times(spans: dict[str, float], seconds: float) -> dict[str, float]:
+    """``time_<phase>_s`` for each phase a step spent time in and ``time_other_s``, the rest of its ``seconds``."""
+    out = {f"time_{name}_s": spans[name] for name in timing.PHASES if name in spans}
+    out["time_other_s"] = max(0.0, seconds - sum(spans.values()))
+    return out
 
 
 def sft_lr_at(cfg: TrainConfig, step: int) -> float:
@@ -399,13 +415,15 @@ def sft_step(run: Run, step: int) -> dict:
     """One SFT step: this worker's share of ``sft.batch_size`` tasks, their demonstrations, one update."""
     cfg = run.cfg
     row: dict[str, Any] = {"step": step, "phase": "sft", "lr": _set_lr(run, sft_lr_at(cfg, step))}
-    tasks = run.env.sample_tasks(task_rng(cfg.seed, step), cfg.sft.batch_size, split="train")
+    with span("environment"):
+        tasks = run.env.sample_tasks(task_rng(cfg.seed, step), cfg.sft.batch_size, split="train")
     tasks = tasks[D.shard(cfg.sft.batch_size, run.info)]
     demos, trained, rng = None, None, demonstration_rng(cfg.seed, step, run.info.rank)
-    for source in run.of_kind(DemonstrationSource):
-        demos, trained, figures = source.demonstrations(run, tasks, step, demos, trained, rng)
-        row.update(figures)
-    batch = demonstration_batch(run.env, run.tok, tasks, run.device, demos=demos, trained=trained)
+    with span("demonstrations"):
+        for source in run.of_kind(DemonstrationSource):
+            demos, trained, figures = source.demonstrations(run, tasks, step, demos, trained, rng)
+            row.update(figures)
+        batch = demonstration_batch(run.env, run.tok, tasks, run.device, demos=demos, trained=trained)
     adv = run.sft_algo.advantages(batch, run.state)
     row.update(_gradient_step(run, batch, adv, run.sft_algo, phase="sft"))
     row.update(success=float(batch.success.float().mean()), _episodes=cfg.sft.batch_size)
@@ -418,12 +436,16 @@ def rl_step(run: Run, step: int, advantage_fn: AdvantageFn | None, loss_fn: Loss
     if run.algo.needs_reference() and run.ref_model is None:  # the frozen reference: the policy when RL starts
         run.ref_model = copy.deepcopy(run.model).eval()
     t = time.perf_counter()
-    batch, sampled, figures = collect(run, step)
-    row.update(figures, rollout_s=time.perf_counter() - t)
-    adv = advantages(run, batch, advantage_fn)
+    with span("sampling"):
+        batch, sampled, figures = collect(run, step)
+    row.update(figures, rollout_s=time.perf_counter() - t, rollout_tokens=float(sampled.attention_mask.sum()))
+    with span("advantages"):
+        adv = advantages(run, batch, advantage_fn)
     for aux in run.of_kind(AuxiliaryLoss, "rl"):
         row.update(aux.prepare(run, batch))
-    updates = update(run, batch, adv, reference_logprobs(run, batch), loss_fn)
+    with span("reference"):
+        ref_lp = reference_logprobs(run, batch)
+    updates = update(run, batch, adv, ref_lp, loss_fn)
     row.update(summarise_updates(updates))
     row.update(rollout_diagnostics(run, batch, sampled, adv))
     # every sampled episode counts, on every worker
@@ -493,7 +515,7 @@ def summarise_updates(updates: list[dict]) -> dict:
     """One row from a step's updates: the last update's statistics, the first update's gradient norms and
     sampler-trainer gap (theta = theta_old there), the largest ratio over all of them."""
     first, last = updates[0], updates[-1]
-    row = dict(last)
+    row = dict(last, train_tokens=sum(u["train_tokens"] for u in updates))
     for k in ("grad_norm_before", "grad_norm_after", "logprob_gap_max", "logprob_gap_mean"):
         if k in first:
             row[k] = first[k]

@@ -26,6 +26,7 @@ per token; each KL key names its direction, its estimator and the policy whose s
 ``grad_norm_before/after``    global gradient norm before and after clipping
 ``logprob_gap_max/mean``      max and mean |log mu - log pi| before the first update (theta = theta_old), pi
                               recomputed under the sampler's own transform (masks, temperature, top-p)
+``train_tokens``              real tokens (``attention_mask``) through the update's forward and backward passes
 ============================  ====================================================================
 """
 
@@ -47,6 +48,7 @@ from agent_lab.estimators.policy_gradient import KL_OLD_NEW
 from agent_lab.estimators.statistics import effective_sample_size
 from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, top_p_logprobs
+from agent_lab.timing import span
 
 #: The logged key of the KL to the frozen reference: KL(new || ref), estimated on the old policy's samples.
 KL_NEW_REF = "kl_new_ref_k3_on_old"
@@ -220,7 +222,7 @@ def gradient_step(model, optimizer, batch: RolloutBatch, advantages: Tensor, alg
         mb, adv, ref = (batch, advantages, ref_logprobs) if len(parts) == 1 else take(batch, advantages,
                                                                                       ref_logprobs, rows)
         last = i == len(parts) - 1
-        with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()):
+        with (ddp.no_sync() if ddp is not None and not last else contextlib.nullcontext()), span("loss"):
             with amp or contextlib.nullcontext():
                 f = batch_loss(ddp or model, mb, adv, algo, entropy_coef=entropy_coef, ref_logprobs=ref,
                                loss_fn=loss_fn, denominator=den, sampler_view=sampler_view)
@@ -234,13 +236,15 @@ def gradient_step(model, optimizer, batch: RolloutBatch, advantages: Tensor, alg
             loss.backward()
         loss_value += float(loss.detach())
         views.append((f.logprobs.detach(), f.entropy, f.sampler_logprobs))
-    norms = clip_and_step(model, optimizer, grad_clip)
+    with span("optimizer"):
+        norms = clip_and_step(model, optimizer, grad_clip)
     width = batch.action_mask.shape[1]
     lp, ent = (torch.cat([_pad(v[k], width) for v in views]) for k in (0, 1))
     stats = step_statistics(algo, batch, advantages, lp, ent, ref_logprobs)
     if sampler_view:
         stats.update(logprob_gap(batch, torch.cat([_pad(v[2], width) for v in views])))
-    return {**stats, **extra, **norms, "loss": loss_value}
+    tokens = float(batch.attention_mask.sum())  # every real token went through forward and backward once
+    return {**stats, **extra, **norms, "loss": loss_value, "train_tokens": tokens}
 
 
 def clip_and_step(model, optimizer, grad_clip: float) -> dict[str, float]:

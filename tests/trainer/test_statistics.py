@@ -114,14 +114,15 @@ def test_degenerate_fraction_counts_groups_whose_rewards_are_all_equal():
 
 def test_a_steps_row_takes_the_first_updates_norms_and_gap_and_the_largest_ratio():
     first = {"ratio_mean": 1.0, "ratio_max": 1.0, "grad_norm_before": 3.0, "grad_norm_after": 1.0,
-             "logprob_gap_max": 1e-7, "logprob_gap_mean": 1e-8, KL_OLD_NEW: 0.0}
+             "logprob_gap_max": 1e-7, "logprob_gap_mean": 1e-8, KL_OLD_NEW: 0.0, "train_tokens": 40.0}
     later = {"ratio_mean": 1.1, "ratio_max": 1.6, "grad_norm_before": 0.5, "grad_norm_after": 0.5,
-             KL_OLD_NEW: 0.02}
+             KL_OLD_NEW: 0.02, "train_tokens": 30.0}
     last = {"ratio_mean": 1.2, "ratio_max": 1.4, "grad_norm_before": 0.2, "grad_norm_after": 0.2,
-            KL_OLD_NEW: 0.03}
+            KL_OLD_NEW: 0.03, "train_tokens": 40.0}
     row = summarise_updates([first, later, last])
     assert row["ratio_first_epoch"] == 1.0 and row["ratio_max"] == 1.6 and row["ratio_mean"] == 1.2
     assert row["grad_norm_before"] == 3.0 and row["logprob_gap_max"] == 1e-7 and row[KL_OLD_NEW] == 0.03
+    assert row["train_tokens"] == 110.0  # every update's forward and backward passes, summed
 
 
 def test_ess_weights_each_episode_by_the_product_of_its_token_ratios():

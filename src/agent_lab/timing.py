@@ -1,0 +1,63 @@
+"""Where a run's time goes: wall-clock seconds per phase, logged with every step (book/part2/08_diagnostics.md).
+
+The loop and its stages mark their work with ``with span("loss"): ...``; :func:`take` returns the seconds
+summed per phase since the last call and starts again. Spans nest, and each second counts once, in the
+innermost open span: the environment's ``step`` inside a rollout counts as ``environment``, not as
+``sampling``. The trainer logs each phase as ``time_<phase>_s`` and what no span covered as ``time_other_s``.
+
+One stopwatch per process: under ``torchrun`` each worker times its own share. Not thread-safe (the trainer
+runs its stages on one thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+__all__ = ["PHASES", "span", "take", "Stopwatch"]
+
+#: The phases the trainer marks, in the order a step runs them.
+PHASES = ("demonstrations", "environment", "sampling", "advantages", "reference", "loss", "optimizer",
+          "evaluation")
+
+
+class Stopwatch:
+    """Exclusive wall-clock seconds per named span: a span's own time, less that of the spans inside it."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = defaultdict(float)
+        self._open: list[list] = []  # per open span: [name, seconds of the spans nested inside it so far]
+
+    @contextlib.contextmanager
+    def span(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        self._open.append([name, 0.0])
+        try:
+            yield
+        finally:
+            _, inner = self._open.pop()
+            spent = time.perf_counter() - start
+            self.totals[name] += spent - inner
+            if self._open:
+                self._open[-1][1] += spent
+
+    def take(self) -> dict[str, float]:
+        """Seconds per phase since the last ``take`` (spans still open count when they close)."""
+        out = dict(self.totals)
+        self.totals.clear()
+        return out
+
+
+_CLOCK = Stopwatch()
+
+
+def span(name: str):
+    """``with span("loss"):`` counts the block's exclusive seconds under ``name`` on the process's stopwatch."""
+    return _CLOCK.span(name)
+
+
+def take() -> dict[str, float]:
+    """The process stopwatch's seconds per phase since the last call."""
+    return _CLOCK.take()

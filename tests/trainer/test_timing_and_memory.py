@@ -1,0 +1,118 @@
+"""Where a step's time goes (agent_lab.timing, the trainer's ``time_<phase>_s`` columns), the tokens it trained
+on, and the memory a run hands back after each step (agent_lab.device.release_freed_memory)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from conftest import FAST, grouped_number_search_batch
+
+from agent_lab import timing
+from agent_lab import trainer as trainer_module
+from agent_lab.algorithms import make_algorithm
+from agent_lab.device import release_freed_memory
+from agent_lab.trainer import phase_times, train
+from agent_lab.update import gradient_step
+
+
+class FakeClock:
+    """``time.perf_counter`` that advances only when told to."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_nested_span_counts_its_seconds_once_in_the_innermost_phase(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    watch = timing.Stopwatch()
+    with watch.span("sampling"):
+        clock.now += 2.0
+        with watch.span("environment"):
+            clock.now += 0.5
+        clock.now += 1.0
+        with watch.span("environment"):
+            clock.now += 0.25
+    with watch.span("loss"):
+        clock.now += 4.0
+    assert watch.take() == {"sampling": 3.0, "environment": 0.75, "loss": 4.0}
+    assert watch.take() == {}  # take starts again from nothing
+
+
+def test_a_span_that_raises_still_counts_and_closes(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(timing.time, "perf_counter", clock)
+    watch = timing.Stopwatch()
+    with pytest.raises(RuntimeError), watch.span("loss"):
+        clock.now += 1.5
+        raise RuntimeError("boom")
+    with watch.span("optimizer"):  # not nested in the failed span
+        clock.now += 1.0
+    assert watch.take() == {"loss": 1.5, "optimizer": 1.0}
+
+
+def test_phase_times_name_each_phase_and_leave_the_rest_to_other():
+    row = phase_times({"loss": 0.5, "sampling": 1.25, "environment": 0.25}, seconds=2.5)
+    assert row == {"time_environment_s": 0.25, "time_sampling_s": 1.25, "time_loss_s": 0.5, "time_other_s": 0.5}
+    assert list(row)[:3] == ["time_environment_s", "time_sampling_s", "time_loss_s"]  # timing.PHASES order
+
+
+@pytest.mark.parametrize("micro_batch_size", [0, 3])
+def test_an_update_counts_every_real_token_of_its_batch_once(micro_batch_size):
+    env, tok, model, batch = grouped_number_search_batch(policy_seed=0, groups=2, group_size=4)
+    assert not bool(batch.attention_mask.all())  # episodes of different lengths: padding is no token
+    algo = make_algorithm("dr_grpo", group_size=4, max_tokens=int(env.max_policy_tokens))
+    out = gradient_step(model, torch.optim.SGD(model.parameters(), lr=0.0), batch, algo.advantages(batch, None),
+                        algo, grad_clip=1e9, micro_batch_size=micro_batch_size)
+    assert out["train_tokens"] == float(sum(int(row.sum()) for row in batch.attention_mask))
+
+
+def test_every_step_logs_its_phases_and_they_add_up_to_its_seconds(tmp_path):
+    result = train(env="number-search", sft_steps=2, **FAST, run_dir=str(tmp_path), progress=False)
+    sft, rl = result.history[:2], result.history[2:]
+    for row in sft:
+        assert row["time_demonstrations_s"] > 0 and row["time_loss_s"] > 0 and row["time_optimizer_s"] > 0
+        assert "time_sampling_s" not in row and row["train_tokens"] > 0
+    for row in rl:
+        for phase in ("environment", "sampling", "advantages", "loss", "optimizer"):
+            assert row[f"time_{phase}_s"] > 0, phase
+        assert row["rollout_tokens"] >= row["train_tokens"] > 0  # the update trains on every sampled token once
+    last = result.history[-1]
+    assert last["time_evaluation_s"] > 0  # the last step evaluates
+    for row in result.history:
+        spent = sum(v for k, v in row.items() if k.startswith("time_"))
+        if "time_evaluation_s" not in row:  # step_s is the step before its evaluation
+            assert spent == pytest.approx(row["step_s"], abs=5e-3)
+        assert spent >= row["step_s"] - 5e-3
+
+
+def test_the_trainer_hands_freed_memory_back_after_every_step(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(trainer_module, "release_freed_memory", lambda: calls.append(1))
+    result = train(env="number-search", sft_steps=1, **FAST, run_dir=str(tmp_path), progress=False)
+    assert len(calls) == len(result.history) == 3
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_released_memory_leaves_the_process(tmp_path):
+    # Blocks under glibc's mmap threshold come from the heap; a block kept at the top stops free() from
+    # shrinking it, so without the trim the freed 40 MB below it stay resident.
+    blocks = [b"x" * 100_000 for _ in range(400)]
+    keep = b"y" * 100_000
+    before = _resident_bytes()
+    del blocks
+    held = _resident_bytes()
+    release_freed_memory()
+    after = _resident_bytes()
+    assert held - after > 20e6, (before, held, after)
+    assert keep[:1] == b"y"
