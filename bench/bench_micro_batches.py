@@ -20,15 +20,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _profile import reset_peak, status_kib  # noqa: E402
 from _results import RESULTS, save_section  # noqa: E402
 
-
-
-def _status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{field} is not in /proc/self/status")
 
 
 def child(args: argparse.Namespace) -> None:
@@ -50,13 +44,10 @@ def child(args: argparse.Namespace) -> None:
     batch = demonstration_batch(env, tok, env.sample_tasks(np.random.default_rng(0), args.batch))
     algo = make_algorithm("sft", group_size=1, max_tokens=int(env.max_policy_tokens))
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
-    try:  # reset the high-water mark to the current resident size (Linux 4.0+)
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-    before = _status_kib("VmRSS")
+    reset_peak()  # the high-water mark starts at the current resident size
+    before = status_kib("VmRSS")
     gradient_step(model, opt, batch, torch.ones(len(batch)), algo, grad_clip=1e9, micro_batch_size=args.child)
-    peak = _status_kib("VmHWM")
+    peak = status_kib("VmHWM")
     torch.save(torch.cat([p.grad.reshape(-1) for p in model.parameters()]), args.out)
     print(json.dumps({"micro_batch_size": args.child, "peak_step_mib": (peak - before) / 1024,
                       "tokens": int(batch.attention_mask.sum()), "params": model.num_parameters()}))

@@ -8,7 +8,8 @@
 2. Crafting: recipe ``crafting-quick`` (``--full``: ``crafting-full``; ``--crafting-budget`` picks any): greedy
    success on each evaluation split and level after the cold start and after Dr.GRPO, with and without the
    candidate mask, next to the planner. Target (full budget): >= 95% of the planner's success at depth <= 2 and
-   >= 80% at depth 3.
+   >= 80% at depth 3. Beside them: each phase's peak resident memory and where its time went (the trainer's
+   ``time_<phase>_s``; ``bench_crafting_profile.py`` sets them against this CPU's matmul peak).
 
 ``--quick`` (default): number-search, number-search/dr_grpo and number-search/gigpo over 3 seeds, the others over 1;
 ``--full``: 3 seeds for every recipe, the full-only ones included. Every figure is printed and written, with the
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _profile import format_profile, peak_memory, phases  # noqa: E402
 from _results import RESULTS, save_section  # noqa: E402
 
 from agent_lab.diagnostics import summary_table  # noqa: E402
@@ -78,14 +80,21 @@ def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None
     env_options = {**base.env_options, "reread": reread}  # the evaluation below uses the same options
     cfg = base.replace(seed=seed, env_options=env_options, checkpoint_every=100 if run_dir else 0, **overrides)
     work = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="bench-crafting-"))
-    cold = train_sft(cfg, run_dir=str(work / "sft"), resume=(work / "sft" / "checkpoint.pt").exists(), progress=False)
-    if (work / "rl" / "checkpoint.pt").exists():
-        agent = train_rl(cfg, run_dir=str(work / "rl"), resume=True, progress=False)
-    else:
-        agent = train_rl(cfg, init=cold, run_dir=str(work / "rl"), progress=False)
+    with peak_memory() as sft_memory:
+        cold = train_sft(cfg, run_dir=str(work / "sft"), resume=(work / "sft" / "checkpoint.pt").exists(),
+                         progress=False)
+    with peak_memory() as rl_memory:
+        if (work / "rl" / "checkpoint.pt").exists():
+            agent = train_rl(cfg, run_dir=str(work / "rl"), resume=True, progress=False)
+        else:
+            agent = train_rl(cfg, init=cold, run_dir=str(work / "rl"), progress=False)
     print(f"  {name}: {cfg.sft.steps} SFT steps in {cold.seconds:.0f} s ({cold.episodes} demonstrations), then "
           f"{cfg.algorithm.steps} Dr.GRPO steps in {agent.seconds - cold.seconds:.0f} s "
           f"({agent.episodes - cold.episodes} episodes)", flush=True)
+    costs = {"SFT": {"peak_gb": sft_memory["peak_gb"], **phases(agent.history, "sft")},
+             "RL": {"peak_gb": rl_memory["peak_gb"], **phases(agent.history, "rl")}}
+    for piece, c in costs.items():
+        print(format_profile(piece, c) + f"; peak resident memory {c['peak_gb']:.2f} GB")
     rows = []
     for masked in (False, True):
         env = make_env("crafting", **env_options, mask_actions=masked, eval_size=eval_size)  # worlds are cached
@@ -98,14 +107,14 @@ def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None
                                  "share_of_planner": g["success"] / g["optimum"] if g["optimum"] else float("nan")})
     if not run_dir:
         shutil.rmtree(work, ignore_errors=True)
-    return rows
+    return rows, costs
 
 
-def crafting_summary(name: str, rows: list[dict], seconds: float) -> dict:
+def crafting_summary(name: str, rows: list[dict], seconds: float, costs: dict | None = None) -> dict:
     def levels(mask):
         return " / ".join(f"{r['greedy']:.2f}" for r in rows
                           if r["policy"] == "after Dr.GRPO" and r["mask"] is mask and r["split"] == "test")
-    return {"recipe": name, "seconds": seconds, "rows": rows,
+    return {"recipe": name, "seconds": seconds, "rows": rows, "costs": costs,
             "summary": f"after Dr.GRPO, test split by level: masked {levels(True)}, unmasked {levels(False)} "
                        f"({seconds:.0f} s)"}
 
@@ -139,10 +148,11 @@ def main(argv=None) -> None:
         name = f"crafting-{args.crafting_budget or ('full' if args.full else 'quick')}"
         print(f"\n2. crafting ({name}): greedy success after a fixed budget, next to the planner")
         t_craft = time.perf_counter()
-        rows = crafting(name, run_dir=args.run_dir, reread=not args.plain)
+        rows, costs = crafting(name, run_dir=args.run_dir, reread=not args.plain)
         print(summary_table(rows, ["policy", "mask", "split", "group", "n", "greedy", "planner", "share_of_planner"]))
         if not args.plain:
-            save_section(args.results, "crafting", [crafting_summary(name, rows, time.perf_counter() - t_craft)],
+            save_section(args.results, "crafting", [crafting_summary(name, rows, time.perf_counter() - t_craft,
+                                                                     costs)],
                          " ".join(["python bench/bench_trainer.py", *argv]))
     print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
 

@@ -83,7 +83,9 @@ TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, g
 
 @pytest.mark.slow
 def test_trainer_bench_crafting_path_reports_every_split_level_policy_and_mask():
-    rows = _load("bench_trainer").crafting("crafting-quick", eval_size=3, **TINY)
+    rows, costs = _load("bench_trainer").crafting("crafting-quick", eval_size=3, **TINY)
+    assert costs["SFT"]["steps"] == 2 and costs["RL"]["steps"] == 1 and costs["RL"]["phase_seconds"]["sampling"] > 0
+    assert 0 < costs["SFT"]["peak_gb"] < 100 and 0 < costs["RL"]["peak_gb"] < 100
     keys = {(r["policy"], r["mask"], r["split"]) for r in rows}
     assert keys == {(p, m, s) for p in ("cold start", "after Dr.GRPO") for m in (False, True)
                     for s in ("test", "held_out_goals", "deeper")}
@@ -98,12 +100,12 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
 
     made, make_env = [], agent_lab.envs.make_env
     monkeypatch.setattr(agent_lab.envs, "make_env", lambda *a, **kw: made.append(kw) or make_env(*a, **kw))
-    first = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # re-reads by default
+    first, _ = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # re-reads by default
     saved = torch.load(tmp_path / "rl" / "checkpoint.pt", weights_only=False)
     assert saved["step"] == 3 and saved["config"]["plugins"]["recovery_demonstrations"] == {"prob": 0.5, "from_step": 1}
     assert saved["config"]["env_options"]["reread"] is True
     assert made and all(kw.get("reread") is True for kw in made), "the evaluation must reread as training did"
-    again = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # nothing left to train
+    again, _ = bench.crafting("crafting-quick", eval_size=3, run_dir=str(tmp_path), **TINY)  # nothing left to train
     assert again == first
 
 
@@ -112,7 +114,7 @@ def test_trainer_bench_crafting_run_dir_keeps_the_run_and_resumes_it(monkeypatch
 def test_trainer_bench_crafting_flags_choose_the_recipe_and_prompt(monkeypatch, capsys, tmp_path, argv, name, reread):
     bench = _load("bench_trainer")
     calls = []
-    monkeypatch.setattr(bench, "crafting", lambda n, **kw: calls.append((n, kw["reread"])) or [])
+    monkeypatch.setattr(bench, "crafting", lambda n, **kw: calls.append((n, kw["reread"])) or ([], {}))
     bench.main(["--only", "crafting", "--results", str(tmp_path / "r.json"), *argv])
     assert calls == [(name, reread)]
 

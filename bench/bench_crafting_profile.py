@@ -1,0 +1,136 @@
+"""Where crafting's time and memory go: phases, throughput against this CPU's matmul peak, and peak memory.
+
+Each arm runs in a fresh process, alone, one after the other (``--repeats`` rounds, arms alternating), and
+measures two pieces of the crafting recipe (``agent_lab.recipes``):
+
+* **SFT**: ``--sft-steps`` supervised steps of recipe ``crafting-quick`` from random weights (its recovery
+  demonstrations and learning-rate decay in the last quarter);
+* **RL**: ``--rl-steps`` Dr.GRPO steps of recipe ``crafting-full`` from the committed policy of that recipe
+  (``bench/results/crafting-full/``), so the transcripts are as long as late in a real run.
+
+For each piece: its seconds, each phase's share (the trainer's ``time_<phase>_s``), tokens per second of the
+forward and backward passes and of sampling, the GFLOP/s of the passes as a share of the float32 matmul peak
+measured in the same run, and the resident-memory high-water mark (Linux ``VmHWM``, reset at the start of the
+piece). The arms: ``recipe`` (the recipe as it is), ``whole-batch`` (the RL update on the whole batch of 128
+episodes at once, and the C allocator's freed memory never handed back: the recipe before it took micro-batches
+and the trainer trimmed the heap after each step).
+
+Figures are printed and written to ``bench/results/bench_crafting_profile.json``.
+
+Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15] [--repeats 1]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
+from _profile import (format_profile, matmul_peak, peak_memory, phases, throughput,  # noqa: E402
+                      train_flops_per_token)
+from _results import RESULTS, save_section  # noqa: E402
+
+POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
+ARMS = {"recipe": {}, "whole-batch": {"micro_batch_size": 0, "keep_freed_memory": True}}
+
+
+def _piece(name: str, run, sft: bool) -> dict:
+    """Run ``run()`` (one training phase) under a fresh memory mark; its phase profile and peak."""
+    with peak_memory() as mem:
+        result = run()
+    rows = [r for r in result.history if (r["phase"] == "sft") == sft]
+    profile = phases(rows)
+    cfg = result.config
+    per_step = (cfg.sft.batch_size if sft else  # episodes through forward and backward, every epoch counted
+                cfg.algorithm.batch_size * cfg.algorithm.build(max_tokens=1).epochs)
+    context = profile["train_tokens"] / (per_step * len(rows)) / 2  # mean earlier tokens a token attends to
+    return {"piece": name, "peak_gb": mem["peak_gb"], "profile": profile,
+            "flops_per_token": train_flops_per_token(result.policy, context)}
+
+
+def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
+    """One arm, in its own process: the SFT piece, then the RL piece; figures to ``out``."""
+    import agent_lab.trainer as trainer
+    from agent_lab.recipes import recipe
+
+    settings = dict(ARMS[arm])
+    if settings.pop("keep_freed_memory", False):
+        trainer.release_freed_memory = lambda: None
+    decay = max(1, sft_steps // 4)
+    sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
+                     sft_lr_decay_steps=decay, steps=1, **settings)
+    rl_cfg = recipe("crafting-full", steps=rl_steps, **settings)
+    with tempfile.TemporaryDirectory() as tmp:
+        pieces = [_piece("SFT", lambda: trainer.train_sft(sft_cfg, run_dir=f"{tmp}/sft", progress=False), True),
+                  _piece("RL", lambda: trainer.train_rl(rl_cfg, init=POLICY, run_dir=f"{tmp}/rl", progress=False),
+                         False)]
+    out.write_text(json.dumps(pieces))
+
+
+def run_arm(arm: str, args: argparse.Namespace) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        subprocess.run([sys.executable, __file__, "--child", arm, "--sft-steps", str(args.sft_steps),
+                        "--rl-steps", str(args.rl_steps), "--out", str(out)], check=True)
+        return json.loads(out.read_text())
+
+
+def main(argv=None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sft-steps", type=int, default=200)
+    p.add_argument("--rl-steps", type=int, default=15)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--child", choices=list(ARMS), help=argparse.SUPPRESS)
+    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--results", type=Path, default=RESULTS / "bench_crafting_profile.json")
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args.child, args.sft_steps, args.rl_steps, args.out)
+    import torch
+
+    threads = torch.get_num_threads()  # the recipe's cpu_threads=0: torch's default
+    peaks = {f"{dtype}, {n} thread{'s' * (n > 1)}": matmul_peak(n, dtype)
+             for dtype in ("float32", "bfloat16") for n in sorted({1, threads})}
+    print("matmul peak (1024 x 1024), GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
+    fp32 = peaks[f"float32, {threads} thread{'s' * (threads > 1)}"]
+    rows = []
+    for rep in range(args.repeats):
+        for arm in args.arms:
+            print(f"\n{arm} (round {rep + 1}):", flush=True)
+            for piece in run_arm(arm, args):
+                rates = throughput(piece["profile"], piece["flops_per_token"], fp32)
+                print(format_profile(piece["piece"], piece["profile"], rates))
+                print(f"    peak resident memory {piece['peak_gb']:.2f} GB")
+                rows.append({"arm": arm, "round": rep + 1, "piece": piece["piece"], "peak_gb": piece["peak_gb"],
+                             "steps": piece["profile"]["steps"], "seconds": piece["profile"]["seconds"],
+                             "s_per_step": piece["profile"]["seconds"] / piece["profile"]["steps"],
+                             "shares": piece["profile"]["shares"], **rates})
+    _print_ratios(rows)
+    save_section(args.results, "profile", [{"matmul_peak_gflops": peaks, "threads": threads,
+                                            "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
+                                            "arms": rows}],
+                 " ".join(["python bench/bench_crafting_profile.py", *argv]))
+
+
+def _print_ratios(rows: list[dict]) -> None:
+    """The recipe against the whole-batch arm, per piece: peak memory and seconds per step (medians of rounds)."""
+    for piece in ("SFT", "RL"):
+        med = {arm: {k: statistics.median(r[k] for r in rows if r["arm"] == arm and r["piece"] == piece)
+                     for k in ("peak_gb", "s_per_step")}
+               for arm in ARMS if any(r["arm"] == arm and r["piece"] == piece for r in rows)}
+        if len(med) == 2:
+            a, b = med["recipe"], med["whole-batch"]
+            print(f"{piece}: recipe / whole-batch: peak memory {a['peak_gb']:.2f} / {b['peak_gb']:.2f} GB "
+                  f"({a['peak_gb'] / b['peak_gb']:.2f}x), seconds per step {a['s_per_step']:.2f} / "
+                  f"{b['s_per_step']:.2f} ({a['s_per_step'] / b['s_per_step']:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
