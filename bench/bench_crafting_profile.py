@@ -60,7 +60,7 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
 
     settings = dict(ARMS[arm])
     if settings.pop("keep_freed_memory", False):
-        trainer.release_freed_memory = lambda: None
+        trainer.HeapTrimmer.__call__ = lambda self, step_s: False
     decay = max(1, sft_steps // 4)
     sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
                      sft_lr_decay_steps=decay, steps=1, **settings)

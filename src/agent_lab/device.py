@@ -2,6 +2,7 @@
 
 import ctypes
 import functools
+import os
 import sys
 
 import torch
@@ -31,12 +32,47 @@ def pick_device(name: str = "auto") -> torch.device:
 
 def release_freed_memory() -> None:
     """Give the memory that the C allocator keeps from freed tensors back to the operating system (glibc's
-    ``malloc_trim``; a no-op elsewhere). The trainer calls it after every step: its batches change shape from step
-    to step, and without the trim glibc's heap keeps each step's largest blocks and the process's resident
-    memory only grows."""
+    ``malloc_trim``; a no-op elsewhere)."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux ``/proc/self/statm``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+class HeapTrimmer:
+    """After each step of a run, hands freed memory back (:func:`release_freed_memory`) when the step was long or
+    the memory held between steps has grown.
+
+    A run's batches change shape from step to step; glibc's heap keeps the freed blocks of each new shape, so
+    without a trim the resident memory between steps grows for as long as the run lasts. A trim's cost is the
+    next step's page faults on the memory it returned, about the same whatever the step: negligible against a
+    step of ``long_step_s`` seconds or more, which is trimmed every time. A shorter step is trimmed only once
+    held memory has grown by more than ``slack`` bytes over its level (what the first step since the last trim
+    held). Where resident memory cannot be read it never trims."""
+
+    def __init__(self, slack: float = 256e6, long_step_s: float = 1.0):
+        self.slack, self.long_step_s = slack, long_step_s
+        self.level: int | None = None  # resident bytes held after the first step since the last trim
+
+    def __call__(self, step_s: float) -> bool:
+        """After a step of ``step_s`` seconds: trim or not (see the class); True if it trimmed."""
+        now = resident_bytes()
+        if now is None:
+            return False
+        if step_s < self.long_step_s and (self.level is None or now < self.level + self.slack):
+            self.level = now if self.level is None else self.level
+            return False
+        release_freed_memory()
+        self.level = None  # the next step's held memory is the new level
+        return True
 
 
 @functools.cache

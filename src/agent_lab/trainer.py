@@ -38,7 +38,7 @@ from agent_lab import timing
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
-from agent_lab.device import pick_device, release_freed_memory
+from agent_lab.device import HeapTrimmer, pick_device, release_freed_memory
 from agent_lab.diagnostics import MetricsWriter, Progress, plot_curves
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.statistics import degenerate_group_fraction
@@ -107,6 +107,7 @@ class Run:
     reached: dict | None = None
     stopped: str | None = None
     last_eval: EvalReport | None = None
+    trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step: freed memory back to the OS
     description: str = ""
     writer: MetricsWriter | None = None
 
@@ -317,7 +318,8 @@ def save(run: Run) -> None:
 
 
 def finish_run(run: Run) -> TrainResult:
-    """Checkpoint, final greedy evaluation (the last step's when it has one), metrics CSV and curves."""
+    """Checkpoint, final greedy evaluation (the last step's when it has one), metrics CSV and curves; the heap's
+    freed memory goes back to the OS (a next phase in this process starts from what it needs, not from ours)."""
     save(run)
     last = run.history[-1] if run.history else {}
     final = run.last_eval if (run.last_eval is not None and "eval_success" in last) else _evaluate(run)
@@ -326,6 +328,7 @@ def finish_run(run: Run) -> TrainResult:
         plot_curves(run.history, run.run_dir / "curves.png",
                     title=f"{run.cfg.env} {run.algo.name if run.cfg.algorithm.steps else 'sft'} seed {run.cfg.seed}")
         (run.run_dir / "final_eval.json").write_text(json.dumps(final.to_dict(), indent=2))
+    release_freed_memory()
     return TrainResult(run.model, run.tok, run.history, final, run.run_dir, run.description, run.elapsed(),
                        run.episodes, run.reached, run.cfg, run.stopped)
 
@@ -381,7 +384,7 @@ def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
               "time limit" if cfg.run.time_limit_s is not None and row["elapsed_s"] >= cfg.run.time_limit_s else None)
     if D.all_mean(float(reason is not None), run.info) > 0:  # every worker stops at the same step
         run.stopped = reason or "another worker stopped"
-    release_freed_memory()
+    run.trim_heap(time.perf_counter() - t_start)
 
 
 def phase_times(spans: dict[str, float], seconds: float) -> dict[str, float]:
@@ -513,7 +516,8 @@ def _gradient_step(run: Run, batch: RolloutBatch, adv: Tensor, algo: Algorithm, 
 
 def summarise_updates(updates: list[dict]) -> dict:
     """One row from a step's updates: the last update's statistics, the first update's gradient norms and
-    sampler-trainer gap (theta = theta_old there), the largest ratio over all of them."""
+    sampler-trainer gap (theta = theta_old there), the largest ratio over all of them, and the tokens of every
+    update's passes (an episode trained on in two epochs counts twice)."""
     first, last = updates[0], updates[-1]
     row = dict(last, train_tokens=sum(u["train_tokens"] for u in updates))
     for k in ("grad_norm_before", "grad_norm_after", "logprob_gap_max", "logprob_gap_mean"):

@@ -9,10 +9,9 @@ import pytest
 import torch
 from conftest import FAST, grouped_number_search_batch
 
-from agent_lab import timing
+from agent_lab import device, timing
 from agent_lab import trainer as trainer_module
 from agent_lab.algorithms import make_algorithm
-from agent_lab.device import release_freed_memory
 from agent_lab.trainer import phase_times, train
 from agent_lab.update import gradient_step
 
@@ -91,28 +90,51 @@ def test_every_step_logs_its_phases_and_they_add_up_to_its_seconds(tmp_path):
         assert spent >= row["step_s"] - 5e-3
 
 
-def test_the_trainer_hands_freed_memory_back_after_every_step(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(trainer_module, "release_freed_memory", lambda: calls.append(1))
+def test_the_trainer_offers_its_freed_memory_back_after_every_step_and_returns_it_at_the_end(monkeypatch, tmp_path):
+    calls, released = [], []
+    monkeypatch.setattr(device.HeapTrimmer, "__call__", lambda self, step_s: calls.append(step_s) or False)
+    monkeypatch.setattr(trainer_module, "release_freed_memory", lambda: released.append(len(calls)))
     result = train(env="number-search", sft_steps=1, **FAST, run_dir=str(tmp_path), progress=False)
-    assert len(calls) == len(result.history) == 3
+    assert len(calls) == len(result.history) == 3 and all(s > 0 for s in calls)
+    assert released == [3]  # once, when the run has finished
 
 
-def _resident_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+def test_a_short_step_is_trimmed_only_when_held_memory_grows_by_the_slack_over_its_level(monkeypatch):
+    resident, trims = [1000], []
+    monkeypatch.setattr(device, "resident_bytes", lambda: resident[0])
+    monkeypatch.setattr(device, "release_freed_memory", lambda: trims.append(resident[0]))
+    trim = device.HeapTrimmer(slack=500, long_step_s=1.0)
+    assert not trim(0.5) and trim.level == 1000  # the first step sets the level
+    resident[0] = 1499
+    assert not trim(0.5) and trims == [] and trim.level == 1000  # grown by 499 < 500
+    resident[0] = 1500
+    assert trim(0.5) and trims == [1500] and trim.level is None  # grown by the slack: trimmed
+    resident[0] = 1200
+    assert not trim(0.99) and trim.level == 1200  # the step after a trim sets the new level
+    resident[0] = 1700
+    assert trim(0.5) and trims == [1500, 1700]
+    monkeypatch.setattr(device, "resident_bytes", lambda: None)
+    assert not trim(5.0)  # memory that cannot be read is never trimmed
+
+
+def test_a_long_step_is_trimmed_every_time(monkeypatch):
+    trims = []
+    monkeypatch.setattr(device, "resident_bytes", lambda: 1000)
+    monkeypatch.setattr(device, "release_freed_memory", lambda: trims.append(1))
+    trim = device.HeapTrimmer(slack=500, long_step_s=1.0)
+    assert trim(1.0) and trim(3.0) and not trim(0.5) and trim(2.0)
+    assert trims == [1, 1, 1]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_released_memory_leaves_the_process(tmp_path):
+def test_released_memory_leaves_the_process():
     # Blocks under glibc's mmap threshold come from the heap; a block kept at the top stops free() from
     # shrinking it, so without the trim the freed 40 MB below it stay resident.
     blocks = [b"x" * 100_000 for _ in range(400)]
     keep = b"y" * 100_000
-    before = _resident_bytes()
     del blocks
-    held = _resident_bytes()
-    release_freed_memory()
-    after = _resident_bytes()
-    assert held - after > 20e6, (before, held, after)
+    held = device.resident_bytes()
+    device.release_freed_memory()
+    after = device.resident_bytes()
+    assert held - after > 20e6, (held, after)
     assert keep[:1] == b"y"
