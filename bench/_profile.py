@@ -1,6 +1,6 @@
 """Where a benchmark's time and memory go: the resident-memory high-water mark of a block of work, this CPU's
-matmul peak, the training FLOPs of a token, and the phases the trainer logs with every step
-(``time_<phase>_s``, :mod:`agent_lab.timing`) summed over a run."""
+matmul peak, the training FLOPs of a token, and the rates of a run's phases (summed by
+:func:`agent_lab.diagnostics.time_profile` from the trainer's ``time_<phase>_s``)."""
 
 from __future__ import annotations
 
@@ -69,22 +69,6 @@ def train_flops_per_token(model, context: float) -> float:
     cfg = model.cfg
     n = sum(p.numel() for name, p in model.named_parameters() if p.ndim == 2 and "pos_emb" not in name)
     return 6 * n + 6 * cfg.n_layers * context * cfg.d_model
-
-
-def phases(history: list[dict], phase: str | None = None) -> dict:
-    """Seconds per logged phase over the rows of ``history`` (those of ``phase``, "sft" or the RL algorithm's
-    name, when given), each phase's share of their total, and the tokens trained and sampled."""
-    rows = [r for r in history if phase is None or (r.get("phase") == "sft") == (phase == "sft")]
-    seconds: dict[str, float] = {}
-    for r in rows:
-        for k, v in r.items():
-            if k.startswith("time_") and k.endswith("_s"):
-                seconds[k[5:-2]] = seconds.get(k[5:-2], 0.0) + v
-    total = sum(seconds.values())
-    return {"steps": len(rows), "seconds": total, "phase_seconds": seconds,
-            "shares": {k: v / total for k, v in seconds.items()} if total else {},
-            "train_tokens": sum(r.get("train_tokens", 0.0) for r in rows),
-            "rollout_tokens": sum(r.get("rollout_tokens", 0.0) for r in rows)}
 
 
 def throughput(profile: dict, flops_per_token: float, peak_gflops: float) -> dict:

@@ -31,9 +31,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _profile import (format_profile, matmul_peak, peak_memory, phases, throughput,  # noqa: E402
-                      train_flops_per_token)
+from _profile import format_profile, matmul_peak, peak_memory, throughput, train_flops_per_token  # noqa: E402
 from _results import RESULTS, save_section  # noqa: E402
+
+from agent_lab.diagnostics import time_profile  # noqa: E402
 
 POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
 ARMS = {"recipe": {}, "whole-batch": {"micro_batch_size": 0, "keep_freed_memory": True}}
@@ -44,7 +45,7 @@ def _piece(name: str, run, sft: bool) -> dict:
     with peak_memory() as mem:
         result = run()
     rows = [r for r in result.history if (r["phase"] == "sft") == sft]
-    profile = phases(rows)
+    profile = time_profile(rows)
     cfg = result.config
     per_step = (cfg.sft.batch_size if sft else  # episodes through forward and backward, every epoch counted
                 cfg.algorithm.batch_size * cfg.algorithm.build(max_tokens=1).epochs)

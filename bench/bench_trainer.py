@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _profile import format_profile, peak_memory, phases  # noqa: E402
+from _profile import format_profile, peak_memory  # noqa: E402
 from _results import RESULTS, save_section  # noqa: E402
 
-from agent_lab.diagnostics import summary_table  # noqa: E402
+from agent_lab.diagnostics import summary_table, time_profile  # noqa: E402
 from agent_lab.recipes import RECIPES, recipe  # noqa: E402
 from agent_lab.trainer import train, train_rl, train_sft  # noqa: E402
 
@@ -91,8 +91,8 @@ def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None
     print(f"  {name}: {cfg.sft.steps} SFT steps in {cold.seconds:.0f} s ({cold.episodes} demonstrations), then "
           f"{cfg.algorithm.steps} Dr.GRPO steps in {agent.seconds - cold.seconds:.0f} s "
           f"({agent.episodes - cold.episodes} episodes)", flush=True)
-    costs = {"SFT": {"peak_gb": sft_memory["peak_gb"], **phases(agent.history, "sft")},
-             "RL": {"peak_gb": rl_memory["peak_gb"], **phases(agent.history, "rl")}}
+    costs = {"SFT": {"peak_gb": sft_memory["peak_gb"], **time_profile(agent.history, "sft")},
+             "RL": {"peak_gb": rl_memory["peak_gb"], **time_profile(agent.history, "rl")}}
     for piece, c in costs.items():
         print(format_profile(piece, c) + f"; peak resident memory {c['peak_gb']:.2f} GB")
     rows = []

@@ -122,7 +122,7 @@ def train_config(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from agent_lab.diagnostics import next_steps, summary_table
+    from agent_lab.diagnostics import next_steps, summary_table, time_summary
     from agent_lab.trainer import train
 
     name, cfg = train_config(args)
@@ -140,6 +140,8 @@ def _train(args: argparse.Namespace) -> int:
     print(summary_table([row], list(row)))
     for line in next_steps(result, name):
         print(line)
+    if time_summary(result.history):
+        print(time_summary(result.history))
     print(f"run directory: {result.run_dir}  (config.json, loss.txt, metrics.jsonl/csv, curves.png, "
           "checkpoint.pt, final_eval.json)")
     return 0

@@ -261,3 +261,32 @@ def next_steps(result, recipe: str | None = None) -> list[str]:
     if recipe != "number-search" and cfg is not None and cfg.env == "number-search":
         tips.append("the recipe that reaches the optimum in seconds: agent-lab train --recipe number-search")
     return tips
+
+
+def time_profile(history: Sequence[dict], phase: str | None = None) -> dict:
+    """Where the steps of ``history`` spent their time (``time_<phase>_s``, :mod:`agent_lab.timing`): the steps
+    (only SFT's with ``phase="sft"``, only RL's with ``phase="rl"``), their seconds, the seconds and share of
+    each phase, and the tokens they trained on and sampled."""
+    rows = [r for r in history if phase is None or (r.get("phase") == "sft") == (phase == "sft")]
+    seconds: dict[str, float] = {}
+    for r in rows:
+        for k, v in r.items():
+            if k.startswith("time_") and k.endswith("_s"):
+                seconds[k[5:-2]] = seconds.get(k[5:-2], 0.0) + v
+    total = sum(seconds.values())
+    return {"steps": len(rows), "seconds": total, "phase_seconds": seconds,
+            "shares": {k: v / total for k, v in seconds.items()} if total else {},
+            "train_tokens": sum(r.get("train_tokens", 0.0) for r in rows),
+            "rollout_tokens": sum(r.get("rollout_tokens", 0.0) for r in rows)}
+
+
+def time_summary(history: Sequence[dict], top: int = 3) -> str:
+    """One line per phase of the run (SFT, RL): its steps, seconds and its ``top`` phases by share."""
+    lines = []
+    for name, phase in (("SFT", "sft"), ("RL", "rl")):
+        p = time_profile(history, phase)
+        if p["steps"] and p["seconds"] > 0:
+            shares = sorted(p["shares"].items(), key=lambda kv: -kv[1])[:top]
+            lines.append(f"{name}: {p['steps']} steps, {p['seconds']:.1f} s ("
+                         + ", ".join(f"{k} {v:.0%}" for k, v in shares) + ")")
+    return "where the time went: " + "; ".join(lines) if lines else ""

@@ -1,5 +1,5 @@
-"""The profiling helpers of the benchmarks (bench/_profile.py) against hand-computed values, and the crafting
-profile benchmark's code path at a tiny size."""
+"""Where a run's time went (agent_lab.diagnostics.time_profile, time_summary) and the benchmarks' profiling
+helpers (bench/_profile.py) against hand-computed values, and the crafting profile benchmark at a tiny size."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import _profile as profile  # noqa: E402
 from test_benches import _load  # noqa: E402
 
+from agent_lab.diagnostics import time_profile, time_summary  # noqa: E402
 from agent_lab.policy import WordTokenizer  # noqa: E402
 
 HISTORY = [
@@ -27,18 +28,24 @@ HISTORY = [
 
 
 def test_phases_sum_each_phase_over_the_chosen_rows_and_share_them():
-    rl = profile.phases(HISTORY, "rl")
+    rl = time_profile(HISTORY, "rl")
     assert rl["steps"] == 2 and rl["seconds"] == 8.5
     assert rl["phase_seconds"] == {"sampling": 4.0, "environment": 1.5, "loss": 2.0, "other": 0.5,
                                    "evaluation": 0.5}
     assert rl["shares"]["sampling"] == 4.0 / 8.5 and sum(rl["shares"].values()) == pytest.approx(1.0)
     assert rl["train_tokens"] == 800.0 and rl["rollout_tokens"] == 700.0
-    sft = profile.phases(HISTORY, "sft")
+    sft = time_profile(HISTORY, "sft")
     assert sft["steps"] == 1 and sft["phase_seconds"] == {"demonstrations": 1.0, "loss": 3.0, "other": 0.0}
 
 
+def test_the_time_summary_names_each_phases_largest_shares():
+    assert time_summary(HISTORY, top=2) == ("where the time went: SFT: 1 steps, 4.0 s (loss 75%, demonstrations 25%); "
+                                            "RL: 2 steps, 8.5 s (sampling 47%, loss 24%)")
+    assert time_summary([{"step": 0, "phase": "sft", "loss": 1.0}]) == ""  # a history from before the phases
+
+
 def test_throughput_divides_tokens_by_their_own_phases_seconds():
-    rates = profile.throughput(profile.phases(HISTORY, "rl"), flops_per_token=1e6, peak_gflops=2.0)
+    rates = profile.throughput(time_profile(HISTORY, "rl"), flops_per_token=1e6, peak_gflops=2.0)
     assert rates["train_tokens_per_s"] == 400.0  # 800 tokens in 2 s of loss
     assert rates["rollout_tokens_per_s"] == 175.0  # 700 tokens in 4 s of sampling
     assert rates["train_gflops"] == pytest.approx(0.4) and rates["share_of_matmul_peak"] == pytest.approx(0.2)

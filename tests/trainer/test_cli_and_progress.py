@@ -4,6 +4,7 @@ the summary says what to try next, and curves.png draws constant panels on a mea
 from __future__ import annotations
 
 import io
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -76,6 +77,7 @@ def test_agent_lab_train_with_no_options_reaches_the_optimum(tmp_path, capsys):
               "final_eval.json"):
         assert (tmp_path / f).exists(), f
     assert "below the planner's optimum" not in out
+    assert re.search(r"^where the time went: SFT: \d+ steps, [\d.]+ s \(loss \d+%", out, re.M), out
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
