@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from agent_lab.diagnostics import format_shares
+
 
 def status_kib(field: str) -> int:
     """A field of ``/proc/self/status`` in KiB (``VmRSS``: resident now; ``VmHWM``: its high-water mark)."""
@@ -85,8 +87,7 @@ def throughput(profile: dict, flops_per_token: float, peak_gflops: float) -> dic
 
 def format_profile(name: str, profile: dict, rates: dict | None = None) -> str:
     """One line per phase group: its steps, seconds, the share of each phase, and the rates."""
-    shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(profile["shares"].items(), key=lambda kv: -kv[1]))
-    line = f"  {name}: {profile['steps']} steps, {profile['seconds']:.0f} s ({shares})"
+    line = f"  {name}: {profile['steps']} steps, {profile['seconds']:.0f} s ({format_shares(profile['shares'])})"
     if rates:
         sampled = rates["rollout_tokens_per_s"]
         line += (f"\n    {rates['train_tokens_per_s']:.0f} tokens/s forward+backward"

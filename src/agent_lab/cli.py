@@ -140,8 +140,9 @@ def _train(args: argparse.Namespace) -> int:
     print(summary_table([row], list(row)))
     for line in next_steps(result, name):
         print(line)
-    if time_summary(result.history):
-        print(time_summary(result.history))
+    spent = time_summary(result.history)
+    if spent:
+        print(spent)
     print(f"run directory: {result.run_dir}  (config.json, loss.txt, metrics.jsonl/csv, curves.png, "
           "checkpoint.pt, final_eval.json)")
     return 0

@@ -280,13 +280,17 @@ def time_profile(history: Sequence[dict], phase: str | None = None) -> dict:
             "rollout_tokens": sum(r.get("rollout_tokens", 0.0) for r in rows)}
 
 
+def format_shares(shares: dict[str, float], top: int | None = None) -> str:
+    """``"loss 88%, demonstrations 7%"``: the ``top`` largest shares (all of them by default), largest first."""
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])[:top]
+    return ", ".join(f"{k} {v:.0%}" for k, v in ranked)
+
+
 def time_summary(history: Sequence[dict], top: int = 3) -> str:
     """One line per phase of the run (SFT, RL): its steps, seconds and its ``top`` phases by share."""
     lines = []
     for name, phase in (("SFT", "sft"), ("RL", "rl")):
         p = time_profile(history, phase)
         if p["steps"] and p["seconds"] > 0:
-            shares = sorted(p["shares"].items(), key=lambda kv: -kv[1])[:top]
-            lines.append(f"{name}: {p['steps']} steps, {p['seconds']:.1f} s ("
-                         + ", ".join(f"{k} {v:.0%}" for k, v in shares) + ")")
+            lines.append(f"{name}: {p['steps']} steps, {p['seconds']:.1f} s ({format_shares(p['shares'], top)})")
     return "where the time went: " + "; ".join(lines) if lines else ""

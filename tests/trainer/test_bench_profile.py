@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import _profile as profile  # noqa: E402
 from test_benches import _load  # noqa: E402
 
-from agent_lab.diagnostics import time_profile, time_summary  # noqa: E402
+from agent_lab.diagnostics import format_shares, time_profile, time_summary  # noqa: E402
 from agent_lab.policy import WordTokenizer  # noqa: E402
 
 HISTORY = [
@@ -36,6 +36,12 @@ def test_phases_sum_each_phase_over_the_chosen_rows_and_share_them():
     assert rl["train_tokens"] == 800.0 and rl["rollout_tokens"] == 700.0
     sft = time_profile(HISTORY, "sft")
     assert sft["steps"] == 1 and sft["phase_seconds"] == {"demonstrations": 1.0, "loss": 3.0, "other": 0.0}
+
+
+def test_shares_are_listed_largest_first_and_cut_at_top():
+    shares = {"loss": 0.25, "sampling": 0.6, "other": 0.15}
+    assert format_shares(shares) == "sampling 60%, loss 25%, other 15%"
+    assert format_shares(shares, 1) == "sampling 60%"
 
 
 def test_the_time_summary_names_each_phases_largest_shares():
