@@ -48,8 +48,8 @@ def resident_bytes() -> int | None:
 
 
 class HeapTrimmer:
-    """After each step of a run, hands freed memory back (:func:`release_freed_memory`) when the step was long or
-    the memory held between steps has grown.
+    """After each step of a run (and each RL step's rollouts), hands freed memory back
+    (:func:`release_freed_memory`) when the work was long or the memory held between steps has grown.
 
     A run's batches change shape from step to step; glibc's heap keeps the freed blocks of each new shape, so
     without a trim the resident memory between steps grows for as long as the run lasts. A trim's cost is the

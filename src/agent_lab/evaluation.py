@@ -89,6 +89,19 @@ def _planner_success(env, tasks: list) -> list[float]:
     return [float(env.optimal_success([t])) for t in tasks]
 
 
+#: The key/value cache one evaluation batch may hold, in bytes, with every row at the policy's full context.
+EVAL_CACHE_BYTES = 512e6
+
+
+def eval_batch_size(policy: TinyTransformer, cache_bytes: float = EVAL_CACHE_BYTES, most: int = 1024) -> int:
+    """Episodes per evaluation batch: at most ``most``, and no more than fit ``cache_bytes`` of keys and values at
+    ``max_len`` tokens a row (``2 * n_layers * d_model * max_len`` numbers each). Larger batches sample faster;
+    this bounds their memory, which grows with the policy's size and context."""
+    cfg = policy.cfg
+    per_row = 2 * cfg.n_layers * cfg.d_model * cfg.max_len * policy.tok_emb.weight.element_size()
+    return max(1, min(most, int(cache_bytes // per_row)))
+
+
 @torch.no_grad()
 def evaluate(
     policy_or_checkpoint: TinyTransformer | str | Path,
@@ -102,7 +115,7 @@ def evaluate(
     top_p: float = 1.0,
     candidate_mask: bool = False,
     seed: int = 0,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
     samples_per_task: int = 1,
     device: str | torch.device | None = None,
 ) -> EvalReport:
@@ -111,7 +124,8 @@ def evaluate(
     ``env`` is an environment or its name (built with ``make_env``); ``tasks`` defaults to
     ``env.eval_tasks(split)``. ``decoding="sampled"`` draws ``samples_per_task`` episodes per task at
     ``temperature`` with a generator seeded by ``seed``. No gradients are taken and the policy's weights
-    are left untouched (it is put in eval mode for the duration).
+    are left untouched (it is put in eval mode for the duration). Episodes run ``batch_size`` at a time
+    (default :func:`eval_batch_size`).
     """
     if isinstance(policy_or_checkpoint, (str, Path)):
         policy, tokenizer, _ = load_checkpoint(policy_or_checkpoint, device or "cpu")
@@ -133,6 +147,7 @@ def evaluate(
     if decoding == "greedy":
         samples_per_task = 1
     run = [t for t in tasks for _ in range(samples_per_task)]
+    batch_size = batch_size or eval_batch_size(policy)
     dev = policy.tok_emb.weight.device
     gen = torch.Generator(device=dev).manual_seed(seed)
     succ, rets, turns = [], [], []

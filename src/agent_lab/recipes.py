@@ -37,13 +37,13 @@ PURE_RL = dict(env="number-search", steps=600, candidate_mask=True, batch_size=5
                lr=3e-3, eval_every=5, stop_at_optimum=True)
 #: The crafting recipe: a 0.9M-parameter policy with rotary positions imitates the planner's full-stack plans on worlds
 #: that show their prompt twice; recovery demonstrations and a learning rate annealed to zero in the last SFT
-#: steps; then Dr.GRPO sampling with the candidate mask. The RL update runs in micro-batches of 32 episodes, so its
-#: activations (attention over transcripts of up to 512 tokens) are a quarter of the batch's; the gradient is the
+#: steps; then Dr.GRPO sampling with the candidate mask. The RL update runs in micro-batches of 16 episodes, so its
+#: activations (attention over transcripts of up to 512 tokens) are an eighth of the batch's; the gradient is the
 #: same (agent_lab.update).
 CRAFTING = dict(env="crafting", algo="dr_grpo", d_model=128, n_layers=4, n_heads=4, max_len=512, positions="rope",
                 sft_batch_size=32, sft_lr=1e-3, lr=3e-4, batch_size=128, group_size=8, candidate_mask=True,
                 eval_every=0, cpu_threads=0, env_options={"plan": "fetch_full", "reread": True}, sft_slip_prob=0.5,
-                micro_batch_size=32)
+                micro_batch_size=16)
 
 
 def _crafting(sft_steps: int, slip_from: int, rl_steps: int) -> dict:

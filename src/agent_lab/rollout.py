@@ -344,18 +344,34 @@ class _Rollout:
         self.records: list[tuple[torch.Tensor, ...]] = []  # per chunk: ids, valid, action, logprob, turn, allowed
         self.all_true = torch.ones(self.V, dtype=torch.bool, device=self.device)
         self.cache = policy.new_cache(self.B, capacity=64) if use_cache else None
+        self.rows = torch.arange(self.B, device=self.device)  # the rows the cache holds: episodes still running
         self.n_pos = torch.zeros(self.B, dtype=torch.long, device=self.device)  # real tokens fed so far per row
 
     def _feed(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Feed ``ids [B, k]`` (``valid [B, k]``); return float32 logits ``[B, k, V]`` for the new slots."""
+        """Feed ``ids [B, k]`` (``valid [B, k]``); return float32 logits ``[B, k, V]`` for the new slots (zero in
+        the rows of finished episodes, which sample nothing more)."""
         pos = self.n_pos[:, None] + valid.long().cumsum(1) - 1
         with self.amp:
             if self.use_cache:
-                logits = self.policy.step(ids, valid, self.cache, pos)
+                logits = self._step_running(ids, valid, pos)
             else:  # reference path: rebuild the compacted prefix and run the full model
                 logits = _recompute_logits(self.policy, self.records, valid)
         self.n_pos = self.n_pos + valid.long().sum(1)
         return logits.float()
+
+    def _step_running(self, ids: torch.Tensor, valid: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The cached pass over the rows whose episodes still run. A finished episode's keys are never read
+        again, so once a quarter of the cache's rows have finished they are dropped: their memory is freed and
+        later steps stop computing them (each drop copies the cache, hence the quarter)."""
+        running = self.live.to(self.device)[self.rows]
+        if int((~running).sum()) * 4 >= len(self.rows) > 0:
+            self.rows = self.rows[running]
+            self.cache.keep_rows(running)
+        rows = self.rows
+        out = torch.zeros(*ids.shape, self.V, device=self.device)
+        if len(rows):
+            out[rows] = self.policy.step(ids[rows], valid[rows], self.cache, pos[rows]).to(out.dtype)
+        return out
 
     def ingest(self, run_model: bool = True) -> torch.Tensor | None:
         """Phase 1: feed each row's pending tokens as one right-padded chunk; logits ``[B, V]`` at each row's end."""

@@ -107,7 +107,7 @@ class Run:
     reached: dict | None = None
     stopped: str | None = None
     last_eval: EvalReport | None = None
-    trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step: freed memory back to the OS
+    trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step and rollout: freed memory to the OS
     description: str = ""
     writer: MetricsWriter | None = None
 
@@ -442,6 +442,7 @@ def rl_step(run: Run, step: int, advantage_fn: AdvantageFn | None, loss_fn: Loss
     with span("sampling"):
         batch, sampled, figures = collect(run, step)
     row.update(figures, rollout_s=time.perf_counter() - t, rollout_tokens=float(sampled.attention_mask.sum()))
+    run.trim_heap(row["rollout_s"])  # the sampler's freed cache back before the update allocates its activations
     with span("advantages"):
         adv = advantages(run, batch, advantage_fn)
     for aux in run.of_kind(AuxiliaryLoss, "rl"):

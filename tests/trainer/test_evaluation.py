@@ -72,3 +72,28 @@ def test_evaluate_reports_each_level_with_its_own_interval():
         k = round(g["success"] * g["n"])
         assert (g["ci_low"], g["ci_high"]) == wilson_interval(k, g["n"]) and g["ci_low"] <= g["success"] <= g["ci_high"]
     assert str(rep).count("[") == 1 + len(rep.by_group)  # the whole split's interval, then one per level
+
+
+def test_eval_batches_hold_at_most_the_cache_budget_and_give_the_same_report(monkeypatch):
+    from agent_lab import evaluation
+    from agent_lab.policy import ModelConfig, TinyTransformer
+
+    # 2 (keys, values) * 4 layers * 128 dims * 512 tokens * 4 bytes = 2 MiB of cache a row
+    crafting_sized = TinyTransformer(ModelConfig(vocab_size=50, d_model=128, n_layers=4, max_len=512))
+    assert evaluation.eval_batch_size(crafting_sized) == int(512e6 // 2**21) == 244
+    assert evaluation.eval_batch_size(crafting_sized, cache_bytes=2**21 * 10 - 1) == 9
+    assert evaluation.eval_batch_size(crafting_sized, cache_bytes=1) == 1
+    assert evaluation.eval_batch_size(TinyTransformer(ModelConfig(vocab_size=50, max_len=256))) == 1024  # the cap
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    sizes = []
+    real = evaluation.collect_rollouts
+    monkeypatch.setattr(evaluation, "collect_rollouts", lambda p, t, e, tasks, *a: sizes.append(len(tasks)) or
+                        real(p, t, e, tasks, *a))
+    whole = evaluate(m, env, tokenizer=tok, candidate_mask=True, batch_size=16)
+    monkeypatch.setattr(evaluation, "eval_batch_size", lambda policy: 5)
+    split = evaluate(m, env, tokenizer=tok, candidate_mask=True)
+    assert sizes == [16, 5, 5, 5, 1]
+    assert (split.successes, split.mean_return, split.mean_turns) == (whole.successes, whole.mean_return,
+                                                                      whole.mean_turns)

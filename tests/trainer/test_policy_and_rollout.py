@@ -10,7 +10,7 @@ from toy_env import ToySearch
 from agent_lab.envs import make_env
 from agent_lab.envs.base import replay
 from agent_lab.estimators.logprobs import token_logprobs
-from agent_lab.policy import WordTokenizer
+from agent_lab.policy import KVCache, WordTokenizer
 from agent_lab.rollout import (
     RolloutBatch,
     SamplingConfig,
@@ -80,6 +80,24 @@ def test_rollout_with_cache_samples_exactly_what_full_recompute_samples(toy_batc
     slow = collect_rollouts(m, tok, env, tasks, sampling, torch.Generator().manual_seed(3), use_cache=False)
     assert torch.equal(b.input_ids, slow.input_ids)
     torch.testing.assert_close(b.old_logprobs, slow.old_logprobs, atol=1e-5, rtol=0)
+
+
+def test_finished_episodes_leave_the_cache_and_the_rest_sample_what_full_recompute_samples(monkeypatch):
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    tasks = env.sample_tasks(1, 16)
+    sampling = SamplingConfig(temperature=1.0, candidate_mask=True)  # valid guesses: episodes end when they hit
+    kept, keep_rows = [], KVCache.keep_rows
+    monkeypatch.setattr(KVCache, "keep_rows", lambda self, keep: kept.append(int(keep.sum())) or keep_rows(self, keep))
+    fast = collect_rollouts(m, tok, env, tasks, sampling, torch.Generator().manual_seed(0))
+    slow = collect_rollouts(m, tok, env, tasks, sampling, torch.Generator().manual_seed(0), use_cache=False)
+    turns = fast.num_turns.tolist()
+    assert min(turns) < max(turns)  # episodes end at different turns
+    # rows are dropped once a quarter of those held have finished; the longest episode's row is never dropped
+    assert kept and kept == sorted(kept, reverse=True) and kept[0] <= 12 and kept[-1] >= turns.count(max(turns))
+    assert torch.equal(fast.input_ids, slow.input_ids) and torch.equal(fast.action_mask, slow.action_mask)
+    torch.testing.assert_close(fast.old_logprobs, slow.old_logprobs, atol=1e-5, rtol=0)
 
 
 def test_behaviour_logprobs_equal_teacher_forced_recompute_under_the_same_transform(toy_batch):
@@ -223,3 +241,19 @@ def test_only_rotary_logits_are_invariant_to_shifting_every_position(positions):
     valid = torch.ones(2, 9, dtype=torch.bool)
     a, b = (m.step(ids, valid, m.new_cache(2), torch.arange(9).expand(2, 9) + s) for s in (0, 50))
     assert torch.allclose(a, b, atol=1e-5) == (positions == "rope")  # attention sees offsets, not absolute positions
+
+
+def test_a_right_padded_batch_gives_each_real_position_what_the_row_alone_gives_and_left_padding_is_refused():
+    env = make_env("number-search")
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    torch.manual_seed(0)
+    ids = torch.randint(0, len(tok), (3, 12))
+    lengths = [12, 7, 1]
+    am = torch.arange(12)[None] < torch.tensor(lengths)[:, None]
+    padded = ids.masked_fill(~am, tok.pad_id)
+    out = m(padded, am)
+    for b, n in enumerate(lengths):
+        torch.testing.assert_close(out[b, :n], m(ids[b : b + 1, :n])[0], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="right padding"):
+        m(padded, am.flip(1))

@@ -90,13 +90,19 @@ def test_every_step_logs_its_phases_and_they_add_up_to_its_seconds(tmp_path):
         assert spent >= row["step_s"] - 5e-3
 
 
-def test_the_trainer_offers_its_freed_memory_back_after_every_step_and_returns_it_at_the_end(monkeypatch, tmp_path):
+def test_the_trainer_offers_its_freed_memory_back_after_every_step_and_rollout_and_returns_it_at_the_end(
+        monkeypatch, tmp_path):
     calls, released = [], []
     monkeypatch.setattr(device.HeapTrimmer, "__call__", lambda self, step_s: calls.append(step_s) or False)
     monkeypatch.setattr(trainer_module, "release_freed_memory", lambda: released.append(len(calls)))
     result = train(env="number-search", sft_steps=1, **FAST, run_dir=str(tmp_path), progress=False)
-    assert len(calls) == len(result.history) == 3 and all(s > 0 for s in calls)
-    assert released == [3]  # once, when the run has finished
+    sft, *rl = result.history
+    assert len(rl) == 2
+    # the SFT step; then each RL step's rollouts (offered with their own seconds) and the step (with its
+    # evaluation and checkpoint, which step_s leaves out)
+    assert len(calls) == 5 and [calls[1], calls[3]] == [rl[0]["rollout_s"], rl[1]["rollout_s"]]
+    assert all(c >= row["step_s"] for c, row in zip(calls[::2], result.history))
+    assert released == [5]  # once, when the run has finished
 
 
 def test_a_short_step_is_trimmed_only_when_held_memory_grows_by_the_slack_over_its_level(monkeypatch):

@@ -58,7 +58,8 @@ class ModelConfig:
 class KVCache:
     """Per-layer keys and values ``[B, H, S, D]`` plus ``valid [B, S]`` (False for padding slots).
 
-    ``length`` is the number of slots written; capacity doubles when a call would overflow it.
+    ``length`` is the number of slots written; capacity doubles when a call would overflow it. A rollout drops
+    the rows of finished episodes (:meth:`keep_rows`), so ``B`` may shrink as it runs.
     """
 
     def __init__(self, n_layers: int, batch: int, n_heads: int, head_dim: int, capacity: int, device, dtype):
@@ -82,6 +83,12 @@ class KVCache:
         self.k = [F.pad(t, (0, 0, 0, pad)) for t in self.k]
         self.v = [F.pad(t, (0, 0, 0, pad)) for t in self.v]
         self.valid = F.pad(self.valid, (0, pad), value=False)
+
+    def keep_rows(self, keep: torch.Tensor) -> None:
+        """Keep the rows where ``keep [B]`` (bool) is True, in order; the others' keys and values are freed."""
+        self.k = [t[keep] for t in self.k]
+        self.v = [t[keep] for t in self.v]
+        self.valid = self.valid[keep]
 
 
 def rotary(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,8 +128,9 @@ class CausalSelfAttention(nn.Module):
             cache.v[layer][:, :, s : s + k] = v.to(cache.v[layer].dtype)
             kk = cache.k[layer][:, :, : s + k].to(q.dtype)  # (B, H, s+k, D)
             v = cache.v[layer][:, :, : s + k].to(q.dtype)
-        # mask: (B, 1, k, keys) bool, True = may attend
-        y = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
+        # mask: (B, 1, k, keys) bool, True = may attend; None = causal over k == keys (no mask to build or save)
+        y = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, is_causal=mask is None,
+                                           dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, k, C)  # (B, k, C)
         return self.proj(y)
 
@@ -210,17 +218,20 @@ class TinyTransformer(nn.Module):
         """The last layer's normalised states ``[B, L, d_model]`` for right-padded ``input_ids [B, L]`` (what the
         output head reads; a critic can read them too, :func:`agent_lab.critic.decision_states`).
 
-        Right padding keeps each row's real tokens at positions 0..n-1, so a causal mask alone is
-        enough for real positions; ``attention_mask`` additionally hides padding keys. ``segment_ids
-        [B, L]`` (instead of ``attention_mask``) packs several sequences into one row: a token attends only
-        to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks padding
-        (see :mod:`agent_lab.policy.packing`).
+        Right padding keeps each row's real tokens at positions 0..n-1, so the causal mask alone gives every
+        real position exactly what it would get alone: padding keys come after it. ``attention_mask`` is
+        therefore not needed (padding positions' outputs, which see earlier tokens, are never read), and no
+        ``[B, 1, L, L]`` mask is built, which the attention kernels would otherwise read and save for the
+        backward pass in every layer. ``segment_ids [B, L]`` packs several sequences into one row: a token
+        attends only to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks
+        padding (see :mod:`agent_lab.policy.packing`).
         """
         B, L = input_ids.shape
         idx = torch.arange(L, device=input_ids.device)
-        causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
-        eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padded query still sees itself
+        mask = None  # causal
         if segment_ids is not None:
+            causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
+            eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padding query still sees itself
             starts = torch.ones_like(segment_ids, dtype=torch.bool)
             starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
             pos = idx - torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values  # index in segment
@@ -228,9 +239,9 @@ class TinyTransformer(nn.Module):
             mask = ((causal & same & (segment_ids >= 0)[:, None, :]) | eye)[:, None]  # (B, 1, L, L)
         else:
             pos = idx.expand(B, L)
-            mask = causal[None, None]
-            if attention_mask is not None:
-                mask = (mask & attention_mask.bool()[:, None, None, :]) | eye  # (B, 1, L, L)
+            if attention_mask is not None and bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
+                raise ValueError("attention_mask must be right padding (each row's real tokens first, then "
+                                 "padding); pack sequences with segment_ids instead")
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
