@@ -11,9 +11,11 @@ measures two pieces of the crafting recipe (``agent_lab.recipes``):
 For each piece: its seconds, each phase's share (the trainer's ``time_<phase>_s``), tokens per second of the
 forward and backward passes and of sampling, the GFLOP/s of the passes as a share of the float32 matmul peak
 measured in the same run, and the resident-memory high-water mark (Linux ``VmHWM``, reset at the start of the
-piece). The arms: ``recipe`` (the recipe as it is), ``whole-batch`` (the RL update on the whole batch of 128
-episodes at once, and the C allocator's freed memory never handed back: the recipe before it took micro-batches
-and the trainer trimmed the heap after each step).
+piece). The arms: ``recipe`` (the recipe as it is); ``keep-rows`` (the recipe before the sampler dropped
+finished episodes from its cache and the RL update took micro-batches of 16: its rollouts run every row to the
+end, its micro-batches hold 32 episodes); ``whole-batch`` (the RL update on the whole batch of 128 episodes at
+once, and the C allocator's freed memory never handed back: the recipe before it took micro-batches and the
+trainer trimmed the heap).
 
 Figures are printed and written to ``bench/results/bench_crafting_profile.json``.
 
@@ -37,7 +39,8 @@ from _results import RESULTS, save_section  # noqa: E402
 from agent_lab.diagnostics import time_profile  # noqa: E402
 
 POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
-ARMS = {"recipe": {}, "whole-batch": {"micro_batch_size": 0, "keep_freed_memory": True}}
+ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows": True},
+        "whole-batch": {"micro_batch_size": 0, "keep_finished_rows": True, "keep_freed_memory": True}}
 
 
 def _piece(name: str, run, sft: bool) -> dict:
@@ -56,12 +59,15 @@ def _piece(name: str, run, sft: bool) -> dict:
 
 def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
     """One arm, in its own process: the SFT piece, then the RL piece; figures to ``out``."""
+    import agent_lab.rollout as rollout
     import agent_lab.trainer as trainer
     from agent_lab.recipes import recipe
 
     settings = dict(ARMS[arm])
     if settings.pop("keep_freed_memory", False):
         trainer.HeapTrimmer.__call__ = lambda self, step_s: False
+    if settings.pop("keep_finished_rows", False):  # every row through every cached step, as before
+        rollout._Rollout._step_running = lambda self, ids, valid, pos: self.policy.step(ids, valid, self.cache, pos)
     decay = max(1, sft_steps // 4)
     sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
                      sft_lr_decay_steps=decay, steps=1, **settings)
@@ -121,16 +127,17 @@ def main(argv=None) -> None:
 
 
 def _print_ratios(rows: list[dict]) -> None:
-    """The recipe against the whole-batch arm, per piece: peak memory and seconds per step (medians of rounds)."""
+    """The recipe against each other arm, per piece: peak memory and seconds per step (medians of rounds)."""
     for piece in ("SFT", "RL"):
         med = {arm: {k: statistics.median(r[k] for r in rows if r["arm"] == arm and r["piece"] == piece)
                      for k in ("peak_gb", "s_per_step")}
                for arm in ARMS if any(r["arm"] == arm and r["piece"] == piece for r in rows)}
-        if len(med) == 2:
-            a, b = med["recipe"], med["whole-batch"]
-            print(f"{piece}: recipe / whole-batch: peak memory {a['peak_gb']:.2f} / {b['peak_gb']:.2f} GB "
-                  f"({a['peak_gb'] / b['peak_gb']:.2f}x), seconds per step {a['s_per_step']:.2f} / "
-                  f"{b['s_per_step']:.2f} ({a['s_per_step'] / b['s_per_step']:.2f}x)")
+        a = med.get("recipe")
+        for other, b in med.items():
+            if a is not None and other != "recipe":
+                print(f"{piece}: recipe / {other}: peak memory {a['peak_gb']:.2f} / {b['peak_gb']:.2f} GB "
+                      f"({a['peak_gb'] / b['peak_gb']:.2f}x), seconds per step {a['s_per_step']:.2f} / "
+                      f"{b['s_per_step']:.2f} ({a['s_per_step'] / b['s_per_step']:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import torch
 
 # checkpoints are read and written by agent_lab.checkpoints; these names stay importable from here
 from agent_lab.checkpoints import CheckpointError, load_checkpoint, model_config, save_checkpoint  # noqa: F401
+from agent_lab.device import release_freed_memory
 from agent_lab.policy import TinyTransformer, WordTokenizer
 from agent_lab.rollout import SamplingConfig, collect_rollouts
 
@@ -89,16 +90,17 @@ def _planner_success(env, tasks: list) -> list[float]:
     return [float(env.optimal_success([t])) for t in tasks]
 
 
-#: The key/value cache one evaluation batch may hold, in bytes, with every row at the policy's full context.
+#: The key/value cache one evaluation batch may hold, in bytes.
 EVAL_CACHE_BYTES = 512e6
 
 
 def eval_batch_size(policy: TinyTransformer, cache_bytes: float = EVAL_CACHE_BYTES, most: int = 1024) -> int:
     """Episodes per evaluation batch: at most ``most``, and no more than fit ``cache_bytes`` of keys and values at
-    ``max_len`` tokens a row (``2 * n_layers * d_model * max_len`` numbers each). Larger batches sample faster;
-    this bounds their memory, which grows with the policy's size and context."""
+    ``2 * max_len`` cache slots a row (``2 * n_layers * d_model`` numbers a slot). Rows advance in step, so a row
+    also holds padding slots while others finish their turn, and its slots can pass ``max_len``. Larger batches
+    sample faster; this bounds their memory, which grows with the policy's size and context."""
     cfg = policy.cfg
-    per_row = 2 * cfg.n_layers * cfg.d_model * cfg.max_len * policy.tok_emb.weight.element_size()
+    per_row = 2 * cfg.n_layers * cfg.d_model * 2 * cfg.max_len * policy.tok_emb.weight.element_size()
     return max(1, min(most, int(cache_bytes // per_row)))
 
 
@@ -156,6 +158,8 @@ def evaluate(
         succ += b.success.tolist()
         rets += b.episode_return.tolist()
         turns += b.num_turns.tolist()
+    del b
+    release_freed_memory()  # the batches' caches, of a new shape each time: held, they add up over evaluations
     opt = _planner_success(env, tasks)
     opt_run = [o for o in opt for _ in range(samples_per_task)]
     n, k = len(run), int(sum(succ))

@@ -78,12 +78,12 @@ def test_eval_batches_hold_at_most_the_cache_budget_and_give_the_same_report(mon
     from agent_lab import evaluation
     from agent_lab.policy import ModelConfig, TinyTransformer
 
-    # 2 (keys, values) * 4 layers * 128 dims * 512 tokens * 4 bytes = 2 MiB of cache a row
+    # 2 (keys, values) * 4 layers * 128 dims * 4 bytes a slot, 2 * 512 slots: 4 MiB of cache a row
     crafting_sized = TinyTransformer(ModelConfig(vocab_size=50, d_model=128, n_layers=4, max_len=512))
-    assert evaluation.eval_batch_size(crafting_sized) == int(512e6 // 2**21) == 244
-    assert evaluation.eval_batch_size(crafting_sized, cache_bytes=2**21 * 10 - 1) == 9
+    assert evaluation.eval_batch_size(crafting_sized) == int(512e6 // 2**22) == 122
+    assert evaluation.eval_batch_size(crafting_sized, cache_bytes=2**22 * 10 - 1) == 9
     assert evaluation.eval_batch_size(crafting_sized, cache_bytes=1) == 1
-    assert evaluation.eval_batch_size(TinyTransformer(ModelConfig(vocab_size=50, max_len=256))) == 1024  # the cap
+    assert evaluation.eval_batch_size(TinyTransformer(ModelConfig(vocab_size=50, max_len=128))) == 1024  # the cap
     env = make_env("number-search", mask_actions=True)
     tok = WordTokenizer.from_env(env)
     m = tiny_policy(tok)
