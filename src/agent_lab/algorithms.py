@@ -36,6 +36,7 @@ from agent_lab.estimators.credit import (
     anchor_state_advantages,
     anchor_state_baselines,
     anchor_state_ids,
+    branching_advantages,
     gae_targets,
     value_loss,
 )
@@ -97,6 +98,11 @@ class Algorithm:
     def needs_reference(self) -> bool:
         """Whether the surrogate needs the log-probs of a frozen reference policy."""
         return False
+
+    def continuations(self) -> int:
+        """K: continuations its advantages need from the saved state before each turn (0: none). The trainer
+        samples them after collecting (``agent_lab.branching``) into ``batch.continuation_returns``."""
+        return 0
 
     def advantages(self, batch, state: AlgoState) -> Tensor:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -507,6 +513,52 @@ class PPOCritic(PPO):
                 f"(width {self.critic_hidden}) on the policy's detached hidden state at turn t's first action "
                 f"token, fitted after the advantages for {self.critic_steps} Adam steps (lr {self.critic_lr:g}) on "
                 f"L_V = mean over turns of (V - (A + V_old))^2 / 2; A_it on turn t's tokens; " + self._clipped("A_it"))
+
+
+@register
+@dataclass
+class VinePPO(PPO):
+    """PPO with Monte Carlo values from branching (VinePPO, Kazemnejad et al. 2024): no critic and no groups; the
+    value of the state before each turn is the mean return of ``branches`` continuations sampled from it by the
+    current policy, and a turn's advantage is its TD residual on those values
+    (``estimators.branching_advantages``), unbiased for A(h_t, a_t) on every turn. Every turn of every episode
+    costs ``branches`` extra episodes, counted in the run's episodes. The clipped surrogate is PPO's."""
+
+    branches: int = 2  # K continuations per turn
+    gamma: float = 1.0  # discount over turns
+
+    name: ClassVar[str] = "vineppo"
+    needs_groups: ClassVar[bool] = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        _positive("branches", self.branches)
+        if not 0 < self.gamma <= 1:
+            raise ValueError(f"vine_gamma must be in (0, 1], got {self.gamma}")
+
+    def continuations(self) -> int:
+        return self.branches
+
+    def advantages(self, batch, state):
+        cont = batch.continuation_returns
+        if cont is None or cont.shape[-1] != self.branches:
+            got = "none" if cont is None else f"{cont.shape[-1]} per turn"
+            raise ValueError(f"vineppo needs {self.branches} continuation returns per turn "
+                             f"(agent_lab.branching.continuation_returns), this batch has {got}")
+        # continuations end where the episode would (same limits, same context): every row ends with value 0
+        ended = torch.ones_like(batch.truncated, dtype=torch.bool)
+        return branching_advantages(batch.rewards, cont, batch.turn_mask, self.gamma, ended)
+
+    def statistics(self, batch):
+        """``branch_value_mean``: the mean branching value over real turns."""
+        real = batch.turn_mask.bool()
+        values = batch.continuation_returns.mean(-1)
+        return {"branch_value_mean": float(values[real].mean()) if real.any() else float("nan")}
+
+    def describe(self):
+        return (f"VinePPO: A_it = r_it + gamma V(h_i,t+1) - V(h_it) (gamma = {self.gamma:g}; V = 0 after the last "
+                f"turn), V(h_it) = mean return of {self.branches} continuations sampled by the current policy from "
+                f"the saved state before turn t (replayed exactly); A_it on turn t's tokens; " + self._clipped("A_it"))
 
 
 @register

@@ -44,10 +44,11 @@ def tour() -> None:
 
 #: Flag help for the settings a first run is most likely to change.
 _HELP = {
-    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo | ppo_gae (sft: supervised steps only)",
+    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo | ppo_gae | vineppo (sft: supervised steps only)",
     "gae_lambda": "ppo_gae: GAE's lambda over turns (0: TD residual of the critic, 1: return minus the critic)",
     "step_weight": "gigpo: weight of the anchor-state step advantage (0: Dr.GRPO)",
     "anchor": "gigpo: turns share a baseline when they act in the same state | history",
+    "branches": "vineppo: continuations sampled from the state before each turn (each counts as an episode)",
     "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",
     "batch_size": "episodes per RL step", "group_size": "samples per task (contiguous groups)",
     "candidate_mask": "sample only actions the environment allows (the structured action mask)",

@@ -176,7 +176,7 @@ FLAT: dict[str, tuple[str, str]] = {
 OPTION_OF: dict[str, tuple[str, str, Any]] = {
     "baseline": ("reinforce", "baseline", "none"), "baseline_value": ("reinforce", "baseline_value", 0.0),
     "reward_to_go": ("reinforce", "reward_to_go", False), "gamma": ("reinforce", "gamma", 1.0),
-    **{k: (("ppo", "ppo_gae"), name, default) for k, name, default in (
+    **{k: (("ppo", "ppo_gae", "vineppo"), name, default) for k, name, default in (
         ("ppo_epochs", "epochs", 4), ("minibatches", "minibatches", 1), ("clip_eps", "clip_eps", 0.2),
         ("kl_coef", "kl_coef", 0.0), ("kl_kind", "kl_kind", "k3"))},
     "gae_gamma": ("ppo_gae", "gamma", 1.0), "gae_lambda": ("ppo_gae", "gae_lambda", 0.95),
@@ -185,6 +185,7 @@ OPTION_OF: dict[str, tuple[str, str, Any]] = {
     "rest_em_epochs": ("rest_em", "epochs", 2), "rest_em_threshold": ("rest_em", "threshold", 1.0),
     "step_weight": ("gigpo", "step_weight", 1.0), "anchor": ("gigpo", "anchor", "state"),
     "gigpo_gamma": ("gigpo", "gamma", 1.0),
+    "branches": ("vineppo", "branches", 2), "vine_gamma": ("vineppo", "gamma", 1.0),
 }
 #: Flat keywords of the labs' experiments -> (plug-in, option, default). A plug-in is on when its first keyword
 #: (its switch) differs from the default.
@@ -335,7 +336,8 @@ def _apply_flat(sections: dict[str, dict], plugins: dict, flat: dict) -> tuple[d
             if algo["name"] in owners:
                 options[name] = flat[key]
             elif flat[key] != default:
-                raise ValueError(f"{key}={flat[key]!r} is an option of algo {' or '.join(map(repr, owners))}, not of "
+                names = ", ".join(map(repr, owners[:-1])) + " or " * (len(owners) > 1) + repr(owners[-1])
+                raise ValueError(f"{key}={flat[key]!r} is an option of algo {names}, not of "
                                  f"{algo['name']!r}; drop it or set algo={owners[0]!r}")
     algo["options"] = options
     _apply_plugin_flags(plugins, flat)

@@ -130,6 +130,9 @@ class RolloutBatch:
     texts: list = field(default_factory=list)
     temperature: float = 1.0
     top_p: float = 1.0
+    #: [B, T, K] float: returns of K continuations from the saved state before each turn, NaN at padded turns;
+    #: only for an algorithm whose advantages branch (``Algorithm.continuations``; ``agent_lab.branching``)
+    continuation_returns: torch.Tensor | None = None
 
     _TENSORS = (
         "input_ids", "attention_mask", "action_mask", "old_logprobs", "turn_ids", "allowed_tokens",
@@ -148,6 +151,8 @@ class RolloutBatch:
         kw = {f.name: getattr(self, f.name) for f in fields(self)}
         for n in self._TENSORS:
             kw[n] = kw[n].to(device)
+        if self.continuation_returns is not None:
+            kw["continuation_returns"] = self.continuation_returns.to(device)
         return RolloutBatch(**kw)
 
     def select(self, index) -> RolloutBatch:
@@ -159,6 +164,8 @@ class RolloutBatch:
         kw: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for n in self._TENSORS:
             kw[n] = kw[n][idx]
+        if self.continuation_returns is not None:
+            kw["continuation_returns"] = self.continuation_returns[idx]
         il = idx.tolist()
         for n in ("tasks", "episode_logs", "texts"):
             kw[n] = [kw[n][i] for i in il] if kw[n] else []
@@ -193,6 +200,11 @@ class RolloutBatch:
         for n in ("tasks", "episode_logs", "texts"):
             out[n] = [x for b in batches for x in getattr(b, n)]
         out["temperature"], out["top_p"] = batches[0].temperature, batches[0].top_p
+        if any(b.continuation_returns is not None for b in batches):
+            if any(b.continuation_returns is None for b in batches):
+                raise ValueError("cannot concatenate batches with and without continuation returns")
+            out["continuation_returns"] = torch.cat([pad(b.continuation_returns, T, float("nan"))
+                                                     for b in batches])
         return RolloutBatch(**out)
 
 

@@ -3,7 +3,8 @@ ran before, so a resumed run draws exactly the tasks and samples the uninterrupt
 (book/part3/00_number_search.md).
 
 * tasks of a step (and of each extra round of dynamic sampling): :func:`task_rng`;
-* the sampler's generator of a worker at a step: :func:`sampling_generator`;
+* the sampler's generator of a worker at a step: :func:`sampling_generator`, and of its continuations from saved
+  states (branching algorithms): :func:`branch_generator`;
 * a demonstration source's draws at an SFT step: :func:`demonstration_rng` and :func:`replay_choice_rng`.
 """
 
@@ -27,6 +28,12 @@ def sampling_generator(seed: int, step: int, rank: int, device, round_: int = 0)
     s = ((seed * 1_000_003 + step) * 1_009 + rank) % (2**62)
     if round_:
         s = int(np.random.SeedSequence([s, round_]).generate_state(1, np.uint64)[0]) % (2**62)
+    return torch.Generator(device=device).manual_seed(s)
+
+
+def branch_generator(seed: int, step: int, rank: int, device) -> torch.Generator:
+    """The torch generator worker ``rank`` samples the continuations of ``step``'s saved states with (branching)."""
+    s = int(np.random.SeedSequence([seed, step, 17, rank]).generate_state(1, np.uint64)[0]) % (2**62)
     return torch.Generator(device=device).manual_seed(s)
 
 

@@ -36,6 +36,7 @@ from torch import Tensor
 from agent_lab import distributed as D
 from agent_lab import timing
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
+from agent_lab.branching import continuation_returns
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
 from agent_lab.device import HeapTrimmer, pick_device, release_freed_memory
@@ -46,7 +47,7 @@ from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, model_co
 from agent_lab.plugins import AuxiliaryLoss, Collector, DemonstrationSource, Plugin, make_plugins
 from agent_lab.policy import TinyTransformer, WordTokenizer
 from agent_lab.rollout import RolloutBatch, demonstration_batch
-from agent_lab.streams import demonstration_rng, group_rollouts, task_rng
+from agent_lab.streams import branch_generator, demonstration_rng, group_rollouts, task_rng
 from agent_lab.timing import span
 from agent_lab.update import gradient_step, loss_and_stats, policy_logits, take
 
@@ -453,17 +454,28 @@ def rl_step(run: Run, step: int, advantage_fn: AdvantageFn | None, loss_fn: Loss
     row.update(summarise_updates(updates))
     row.update(rollout_diagnostics(run, batch, sampled, adv))
     # every sampled episode counts, on every worker
-    row["_episodes"] = round(D.all_mean(float(len(sampled)), run.info) * run.info.world_size)
+    row["_episodes"] = round(D.all_mean(float(len(sampled) + row.get("branch_episodes", 0)), run.info)
+                             * run.info.world_size)
     return row
 
 
 def collect(run: Run, step: int) -> tuple[RolloutBatch, RolloutBatch, dict]:
-    """The step's rollouts: ``(update batch, every sampled episode, figures)``; a collector plug-in may draw more."""
+    """The step's rollouts: ``(update batch, every sampled episode, figures)``; a collector plug-in may draw more.
+    An algorithm that branches (``Algorithm.continuations``) gets the update batch's continuation returns."""
     collectors = run.of_kind(Collector)
     if collectors:
-        return collectors[0].collect(run, step)
-    batch = group_rollouts(run, step)
-    return batch, batch, {}
+        batch, sampled, figures = collectors[0].collect(run, step)
+    else:
+        batch = sampled = group_rollouts(run, step)
+        figures = {}
+    k = run.algo.continuations()
+    if k:  # the algorithm's values come from continuations of the update batch's saved states
+        returns, cost = continuation_returns(run.model, run.tok, batch, k, run.cfg.sampling,
+                                             branch_generator(run.cfg.seed, step, run.info.rank, run.device),
+                                             gamma=run.algo.gamma, autocast_dtype=run.amp_dtype)
+        batch = dataclasses.replace(batch, continuation_returns=returns)
+        figures = {**figures, **cost}
+    return batch, sampled, figures
 
 
 def advantages(run: Run, batch: RolloutBatch, advantage_fn: AdvantageFn | None) -> Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -14,10 +15,12 @@ from agent_lab.critic import policy_features
 from agent_lab.estimators.advantages import group_centered_advantages, group_standardized_advantages, rloo_advantages
 from agent_lab.estimators import KL_OLD_NEW
 from agent_lab.estimators.aggregation import aggregate
-from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids
+from agent_lab.branching import continuation_returns
+from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids, branching_advantages
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
 from agent_lab.trainer import TrainConfig, loss_and_stats, max_action_tokens, policy_logits, train
+from agent_lab.rollout import SamplingConfig
 from agent_lab.update import KL_NEW_REF
 
 G = 4
@@ -28,7 +31,9 @@ def setup():
     torch.set_num_threads(1)
     env, tok, model, b = grouped_number_search_batch(1, 8, G, temperature=0.9)
     assert 0 < float(b.success.float().mean()) < 1, "need mixed outcomes for a meaningful comparison"
-    return env, tok, model, b
+    returns, _ = continuation_returns(model, tok, b, 2, SamplingConfig(temperature=0.9, candidate_mask=True),
+                                      torch.Generator().manual_seed(1))
+    return env, tok, model, dataclasses.replace(b, continuation_returns=returns)
 
 
 def _neg(num, den):
@@ -52,6 +57,12 @@ def _expected(name, lp, b, max_tokens, adv):
         return _neg(*aggregate(lp, m & keep[:, None], "token_mean"))
     if name == "ppo":
         s, _ = ppo_clipped_surrogate(lp, b.old_logprobs, group_centered_advantages(R, G), m, clip_eps=0.2)
+        return _neg(*aggregate(s, m, "constant", max_tokens=max_tokens))
+    if name == "vineppo":
+        ended = torch.ones(len(b), dtype=torch.bool)
+        want = branching_advantages(b.rewards, b.continuation_returns, b.turn_mask, 1.0, ended)
+        torch.testing.assert_close(adv, want)
+        s, _ = ppo_clipped_surrogate(lp, b.old_logprobs, want, m, clip_eps=0.2, turn_ids=b.turn_ids)
         return _neg(*aggregate(s, m, "constant", max_tokens=max_tokens))
     if name == "ppo_gae":
         s, _ = ppo_clipped_surrogate(lp, b.old_logprobs, adv, m, clip_eps=0.2, turn_ids=b.turn_ids)
@@ -103,7 +114,7 @@ def test_student_hooks_replace_advantage_and_loss(setup):
 @pytest.mark.parametrize("name", ALGORITHMS)
 def test_each_algorithm_runs_a_few_steps_and_writes_its_run_directory(tmp_path, name):
     extra = {"sft_steps": 1} if name != "sft" else {}
-    if name in ("ppo", "ppo_gae"):
+    if name in ("ppo", "ppo_gae", "vineppo"):
         extra.update(ppo_epochs=2, minibatches=2, kl_coef=0.05)
     if name == "reinforce":
         extra.update(baseline="running_mean", reward_to_go=True)
@@ -122,7 +133,7 @@ def test_each_algorithm_runs_a_few_steps_and_writes_its_run_directory(tmp_path, 
         for k in ("degenerate_fraction", "entropy", KL_OLD_NEW, "grad_norm_before", "grad_norm_after",
                   "ess_fraction", "episode_turns", "success", "reward_mean", "logprob_gap_max", "logprob_gap_mean"):
             assert k in last, k
-    if name in ("ppo", "ppo_gae"):
+    if name in ("ppo", "ppo_gae", "vineppo"):
         assert {"clip_fraction", "clip_frac_pos", "clip_frac_neg", KL_NEW_REF} <= set(last)
 
 

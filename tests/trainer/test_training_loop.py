@@ -180,7 +180,7 @@ BAD = [
     ({"top_p": 0.0}, "top_p must be in"),
     ({"resume": True}, "resume=True needs run_dir"),
     ({"algo": "ppo", "batch_size": 32, "group_size": 4, "minibatches": 3}, "minibatches=3 must divide"),
-    ({"minibatches": 2}, "minibatches=2 is an option of algo 'ppo' or 'ppo_gae', not of 'dr_grpo'"),
+    ({"minibatches": 2}, "minibatches=2 is an option of algo 'ppo', 'ppo_gae' or 'vineppo', not of 'dr_grpo'"),
     ({"algo": "ppo", "clip_eps": 1.5}, "clip_eps must be in"),
     ({"algo": "reinforce", "baseline": "median"}, "baseline must be one of"),
     ({"algo": "ppo", "kl_kind": "k4"}, "kl_kind must be one of"),
