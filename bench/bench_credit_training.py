@@ -4,7 +4,10 @@ those same weights for the same number of steps and episodes, and the success ea
 The algorithms differ only in how they credit turns: Dr.GRPO gives every turn its episode's group-centred
 return; GiGPO adds a step term from anchor states, with the environment's state (inventory, crafted items, steps
 spent) or the whole history as the anchor (``agent_lab.algorithms.GiGPO``); PPO with a turn-level critic credits
-each turn by GAE over turns, its critic starting untrained when RL starts (``agent_lab.algorithms.PPOCritic``). The cold start is the crafting
+each turn by GAE over turns, its critic starting untrained when RL starts (``agent_lab.algorithms.PPOCritic``);
+VinePPO credits each turn by the TD residual of Monte Carlo values from 2 continuations sampled from the state
+before every turn (``agent_lab.algorithms.VinePPO``), which it plays in addition to the step's episodes and counts
+among them. The cold start is the crafting
 assignment's (level-1 worlds, 600 supervised steps), the RL phase is the crafting recipe's (lr 3e-4, 16 tasks x 8
 samples per step, candidate mask). Each agent is evaluated greedily and sampled (4 per world) on the test and
 held-out-goal worlds, with 95% Wilson intervals; seconds and episodes per arm are recorded.
@@ -37,7 +40,8 @@ FULL = {"seeds": (0, 1, 2), "steps": 60, "eval_size": 300}
 #: The arms: (label, algorithm, its options).
 ARMS = (("Dr.GRPO", "dr_grpo", {}), ("GiGPO, state anchors", "gigpo", {"anchor": "state"}),
         ("GiGPO, history anchors", "gigpo", {"anchor": "history"}),
-        ("PPO, turn critic (GAE)", "ppo_gae", {"gae_lambda": 0.95}))
+        ("PPO, turn critic (GAE)", "ppo_gae", {"gae_lambda": 0.95}),
+        ("VinePPO, 2 branches per turn", "vineppo", {"branches": 2}))
 
 
 def settings(**overrides) -> dict:

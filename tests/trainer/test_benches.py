@@ -152,8 +152,9 @@ def _fake_result(cfg):
 def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, capsys):
     rows = _load("bench_credit_training").main(["--tiny", "--results", str(tmp_path / "c.json")])
     assert [r["arm"] for r in rows] == ["cold start", "Dr.GRPO", "GiGPO, state anchors", "GiGPO, history anchors",
-                                        "PPO, turn critic (GAE)"]
-    assert all(r["episodes"] == 16 for r in rows[1:]), "one step of 16 episodes per arm"
+                                        "PPO, turn critic (GAE)", "VinePPO, 2 branches per turn"]
+    assert all(r["episodes"] == 16 for r in rows[1:-1]), "one step of 16 episodes per arm"
+    assert rows[-1]["episodes"] > 16 * 2, "VinePPO's continuations (2 per turn) count as episodes"
     for r in rows:
         for v in r["eval"].values():
             assert v["ci_low"] <= v["success"] <= v["ci_high"]
