@@ -140,3 +140,44 @@ def test_the_trainer_counts_every_continuation_as_an_episode():
     assert r.episodes == sum(batch + row["branch_episodes"] for row in r.history)
     text = make_algorithm("vineppo", group_size=1, max_tokens=8, branches=3).describe()
     assert "VinePPO" in text and "mean return of 3 continuations" in text
+
+
+def _branch_means_against_exact_values(sample_temperature: float, table_temperature: float, k: int = 256):
+    """Per branch point of a sampled number-search batch: the mean of ``k`` trainer continuations, the exact
+    :math:`V^\\pi(h_t, z)` of the transformer's own candidate-masked policy at ``table_temperature``, and the
+    standard error of a Bernoulli mean at that value (binary reward: a return is 1 or 0)."""
+    from agent_lab.credit_exact import lm_policy
+    from agent_lab.envs import NumberSearchDP, history_from_log
+
+    env = make_env("number-search", mask_actions=True)
+    tok = WordTokenizer.from_env(env)
+    model = tiny_policy(tok, seed=4)
+    with torch.no_grad():  # an untrained model is nearly uniform: scale its logits so it has preferences
+        model.ln_f.weight.mul_(30.0)
+    b = collect_rollouts(model, tok, env, env.sample_tasks(3, 8), SamplingConfig(temperature=sample_temperature,
+                         candidate_mask=True), torch.Generator().manual_seed(0))
+    returns, _ = continuation_returns(model, tok, b, k, SamplingConfig(temperature=sample_temperature,
+                                      candidate_mask=True), torch.Generator().manual_seed(1))
+    table = NumberSearchDP(env.n, env.max_turns).policy_table(lm_policy(model, tok, temperature=table_temperature))
+    means, exact = [], []
+    for i, t in branch_points(b.episode_logs):
+        row = table.row(history_from_log(b.episode_logs[i])[:t])
+        means.append(float(returns[i, t].mean()))
+        exact.append(float(table.target_values[row][b.tasks[i] - table.lo[row]]))
+    means, exact = torch.tensor(means, dtype=torch.float64), torch.tensor(exact, dtype=torch.float64)
+    return means, exact, (exact * (1 - exact) / k).sqrt()
+
+
+def test_sampled_continuations_estimate_the_exact_value_of_the_transformers_own_policy():
+    # The transformer read through the candidate mask is a history policy whose V^pi(h, z) the DP computes
+    # exactly (agent_lab.credit_exact.lm_policy). The trainer's continuations from the state before turn t are
+    # draws of that return, so their mean lies within a few standard errors of it at every branch point, and the
+    # pooled deviation is small. A policy sampled at another temperature than the table's fails the same check.
+    means, exact, se = _branch_means_against_exact_values(1.0, 1.0)
+    assert len(means) >= 16 and len(set(exact.tolist())) > 4, "branch points at several different values"
+    z = (means - exact) / se.clamp_min(1e-9)
+    assert bool((z.abs() < 4.5).all()), z
+    assert abs(float(z.sum())) / len(z) ** 0.5 < 4.0
+    wrong, exact_wrong, se_wrong = _branch_means_against_exact_values(2.0, 1.0)
+    z_wrong = (wrong - exact_wrong) / se_wrong.clamp_min(1e-9)
+    assert float(z_wrong.abs().max()) > 6.0, "a sampler at another temperature must be detected"
