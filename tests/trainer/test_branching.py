@@ -116,6 +116,26 @@ def test_vineppo_refuses_a_batch_without_its_continuations():
         algo.advantages(two, AlgoState())
     with pytest.raises(ValueError, match="branches must be a positive int"):
         make_algorithm("vineppo", group_size=1, max_tokens=8, branches=0)
+    with pytest.raises(ValueError, match="this batch has none"):
+        dataclasses.replace(algo).advantages(b, AlgoState())
+    for gamma in (0.0, 1.5):
+        with pytest.raises(ValueError, match=r"vine_gamma must be in \(0, 1\], got"):
+            make_algorithm("vineppo", group_size=1, max_tokens=8, gamma=gamma)
+    assert make_algorithm("vineppo", group_size=1, max_tokens=8, gamma=1.0).gamma == 1.0
+
+
+def test_vineppo_logs_the_mean_branching_value_over_real_turns_and_nan_without_any():
+    _, _, b = _number_search_batch()
+    cont = torch.arange(float(b.rewards.numel() * 2)).view(*b.rewards.shape, 2)
+    real = b.turn_mask.bool()
+    want = sum(float(cont[i, t].mean()) for i, t in real.nonzero().tolist()) / int(real.sum())
+    algo = make_algorithm("vineppo", group_size=1, max_tokens=8)
+    got = algo.statistics(dataclasses.replace(b, continuation_returns=cont))
+    assert got == {"branch_value_mean": pytest.approx(want, rel=1e-6)}
+    empty = dataclasses.replace(b, turn_mask=torch.zeros_like(b.turn_mask), continuation_returns=cont)
+    assert torch.isnan(torch.tensor(algo.statistics(empty)["branch_value_mean"]))
+    # the description states the clipped surrogate on the branching advantage
+    assert "s_ij = min(rho A_it, clip(rho, 1-0.2, 1+0.2) A_it)" in algo.describe()
 
 
 def test_selecting_and_concatenating_rows_keeps_their_continuation_returns():
