@@ -52,14 +52,17 @@ def settings(**overrides) -> dict:
 
 
 def evaluation(result, env) -> dict:
-    """Greedy and sampled success per split, each with its Wilson interval."""
+    """Greedy and sampled success per split and per level within it, each with its Wilson
+    interval."""
     out = {}
     for split in env.splits:
         for decoding, k in (("greedy", 1), ("sampled", 4)):
             rep = evaluate(result.policy, env, split, decoding, tokenizer=result.tokenizer, candidate_mask=True,
                            samples_per_task=k, seed=1)
             out[f"{split} {decoding}"] = {"success": rep.success, "ci_low": rep.ci_low, "ci_high": rep.ci_high,
-                                          "n": rep.n, "planner": rep.optimum}
+                                          "n": rep.n, "planner": rep.optimum,
+                                          "by_level": {str(d): {k: g[k] for k in ("n", "success", "ci_low", "ci_high")}
+                                                       for d, g in sorted(rep.by_group.items())}}
     return out
 
 

@@ -158,6 +158,9 @@ def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, caps
     for r in rows:
         for v in r["eval"].values():
             assert v["ci_low"] <= v["success"] <= v["ci_high"]
+            levels = v["by_level"].values()  # the split's tasks, partitioned by level
+            assert sum(g["n"] for g in levels) == v["n"]
+            assert sum(g["n"] * g["success"] for g in levels) == pytest.approx(v["n"] * v["success"])
     import json
 
     saved = json.loads((tmp_path / "c.json").read_text())["sections"]["tiny"]
