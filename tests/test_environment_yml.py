@@ -17,11 +17,16 @@ def _parse(spec: str) -> tuple[str, str]:
     return name, pins
 
 
-def pyproject_requirements() -> dict[str, str]:
+#: Extras installed on demand, never in the conda environment: a peer's trainer for a side-by-side benchmark.
+ON_DEMAND = {"trl"}
+
+
+def pyproject_requirements(extras: str = "environment") -> dict[str, str]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     specs = list(data["project"]["dependencies"])
-    for extra in data["project"].get("optional-dependencies", {}).values():
-        specs += extra
+    for name, extra in data["project"].get("optional-dependencies", {}).items():
+        if (name in ON_DEMAND) == (extras == "on demand"):
+            specs += extra
     return dict(_parse(s) for s in specs)
 
 
@@ -65,3 +70,11 @@ def test_environment_yml_installs_the_package_itself():
 
 def test_torch_is_pinned_exactly():
     assert pyproject_requirements()["torch"] == "==2.13.0"
+
+
+def test_the_on_demand_extras_stay_out_of_the_conda_environment():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert ON_DEMAND <= set(data["project"]["optional-dependencies"])
+    conda_reqs, _ = conda_requirements()
+    on_demand = set(pyproject_requirements("on demand")) - set(pyproject_requirements())
+    assert on_demand and not on_demand & set(conda_reqs), on_demand & set(conda_reqs)
