@@ -7,13 +7,19 @@ Prints tokens per second and the share of the GPU's bf16 dense peak for
    and mean gap between the sampler's recorded log-probs and the trainer's recomputation (theta = theta_old);
    the peak memory of one step for three micro-batch sizes;
 3. number search end to end: SFT cold start then Dr.GRPO until the greedy policy reaches the planner's
-   optimum (15/16), with the seconds it took.
+   optimum (15/16), with the seconds it took;
+4. the crafting recipe (``crafting-full``, bf16 autocast) until ``--crafting-limit`` seconds, then greedy success
+   per level on the test and held-out-goal splits as a fraction of the planner's, and whether the crafting target
+   (0.95 at depth 1-2, 0.80 at depth 3) holds.
+
+On CUDA, section 2 also finds the largest micro-batch (in episodes, by doubling) whose step fits in memory.
 
 FLOPs are counted as 2 N per token for a forward pass and 6 N for forward + backward (N = parameters;
 attention's extra term is small at these lengths and is left out, so the shares are slight underestimates).
-Designed to finish within 5 minutes on an H100/H200: sections 1 and 2 are four rollouts and two training steps,
-and the number-search run stops after the step that passes ``--time-limit`` (150 s). Without CUDA it prints a
-message and exits 0; ``--tiny`` runs every code path on the CPU with a tiny model (what the tests do).
+Designed to finish within 9 minutes on an H100/H200 (one device command): sections 1 and 2 are four rollouts and
+two training steps, and the two training runs stop after the step that passes ``--time-limit`` (150 s) and
+``--crafting-limit`` (240 s). Without CUDA it prints a message and exits 0; ``--tiny`` runs every code path on the
+CPU with a tiny model (what the tests do).
 
 Usage: ``python bench/gpu_bench.py [--tiny] [--d-model 512 --n-layers 8] [--batch 512]``
 """
@@ -66,6 +72,8 @@ def main(argv=None) -> dict:
     p.add_argument("--time-limit", type=float, default=150.0,
                    help="seconds for the number-search run: it stops after the step that passes them, so the "
                         "whole script stays within 5 minutes however slow the device")
+    p.add_argument("--crafting-limit", type=float, default=240.0,
+                   help="seconds for the crafting recipe: it stops after the step that passes them")
     args = p.parse_args(argv)
     if args.tiny:
         device = torch.device("cpu")
@@ -139,6 +147,8 @@ def main(argv=None) -> dict:
             res[f"peak_mib_micro_{size}"] = peak_step_memory(model, batch, env, amp, size)
         print("   peak memory of one SFT-objective step by micro-batch size (0: the whole batch): "
               + ", ".join(f"{k.rsplit('_', 1)[1]}: {v:,.0f} MiB" for k, v in res.items() if k.startswith("peak_mib")))
+        res["largest_micro_batch"] = largest_micro_batch(model, batch, env, amp)
+        print(f"   the largest micro-batch whose step fits: {res['largest_micro_batch']} episodes")
     # 3. number search end to end with the same model size
     from agent_lab.trainer import TrainConfig, train
 
@@ -157,7 +167,59 @@ def main(argv=None) -> dict:
           + (f"step {reached['step']}, {reached['seconds']:.1f} s, {reached['episodes']} episodes" if reached
              else f"no, within {args.train_steps} steps and {args.time_limit:.0f} s")
           + f"; {res['number_search_s']:.1f} s in all")
+    res.update(crafting_to_target(device, args.crafting_limit, tiny=args.tiny))
     return res
+
+
+#: The crafting target: greedy success at least these fractions of the planner's, by level (depth) of the goal.
+CRAFTING_TARGET = {1: 0.95, 2: 0.95, 3: 0.80}
+
+
+def crafting_to_target(device: torch.device, limit_s: float, tiny: bool = False) -> dict:
+    """4. The crafting recipe (``crafting-full``) on ``device`` with bf16 autocast, stopped after the step that passes
+    ``limit_s``; then greedy, masked success per level on the test and held-out-goal splits against the planner."""
+    from agent_lab.evaluation import evaluate
+    from agent_lab.recipes import recipe
+    from agent_lab.trainer import train
+
+    over = dict(sft_steps=2, sft_slip_from=1, sft_lr_decay_steps=1, steps=1, d_model=16, n_layers=1, n_heads=2,
+                batch_size=8, group_size=4, sft_batch_size=4, micro_batch_size=0) if tiny else {}
+    t = time.perf_counter()
+    r = train(recipe("crafting-full", device=device.type, time_limit_s=limit_s, **over), progress=False)
+    seconds = time.perf_counter() - t
+    env = make_env("crafting", **r.config.env_options, mask_actions=True, eval_size=8 if tiny else 200)
+    ratios, met = {}, True
+    for split in ("test", "held_out_goals"):
+        rep = evaluate(r.policy, env, split, "greedy", tokenizer=r.tokenizer, candidate_mask=True)
+        for level, g in sorted(rep.by_group.items()):
+            depth = int(str(level).split()[-1])
+            ratio = g["success"] / g["optimum"] if g.get("optimum") else float("nan")
+            ratios[f"{split} {level}"] = ratio
+            met &= depth not in CRAFTING_TARGET or ratio >= CRAFTING_TARGET[depth]
+    print(f"4. crafting, recipe crafting-full ({'SFT then Dr.GRPO' if r.history else 'nothing run'}), "
+          f"{len(r.history)} steps in {seconds:.0f} s (limit {limit_s:.0f} s): greedy success / planner "
+          + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()) + f"; target {'met' if met else 'not met'}")
+    return {"crafting_s": seconds, "crafting_steps": len(r.history), "crafting_ratios": ratios,
+            "crafting_target_met": met}
+
+
+def largest_micro_batch(model, batch, env, amp, limit: int = 1 << 16) -> int:
+    """The most episodes one micro-batch step holds before CUDA runs out of memory: the batch is repeated to
+    twice, four times... its size and stepped whole (``peak_step_memory``) until an allocation fails."""
+    from agent_lab.rollout import RolloutBatch
+
+    fits, size = 0, len(batch)
+    while size <= limit:
+        big = RolloutBatch.concat([batch] * (size // len(batch)))
+        try:
+            peak_step_memory(model, big, env, amp, 0)
+        except torch.cuda.OutOfMemoryError:
+            break
+        finally:
+            del big
+            torch.cuda.empty_cache()
+        fits, size = size, size * 2
+    return fits
 
 
 def sampler_trainer_gap(model, batch, env, amp) -> dict:

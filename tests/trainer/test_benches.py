@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import grouped_number_search_batch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -28,9 +29,10 @@ def test_gpu_bench_exits_cleanly_without_cuda(capsys, monkeypatch):
 def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
     res = _load("gpu_bench").main(["--tiny"])
     out = capsys.readouterr().out
-    for section in ("1. rollouts", "2. training step", "3. number search"):
+    for section in ("1. rollouts", "2. training step", "3. number search", "4. crafting"):
         assert section in out
     assert res["rollout_tok_per_s"] > 0 and res["cache_speedup"] > 0
+    assert res["crafting_steps"] == 3 and set(res["crafting_ratios"]) >= {"test level 1"}
     assert res["logprob_gap_max"] < 1e-5, "measured before any update, the sampler and the trainer agree"
 
 
@@ -38,6 +40,25 @@ def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
     full = _load("gpu_bench").main(["--tiny", "--time-limit", "1000"])
     cut = _load("gpu_bench").main(["--tiny", "--time-limit", "1e-6"])
     assert full["number_search_steps"] > 1 and cut["number_search_steps"] == 1
+
+
+def test_gpu_bench_finds_the_largest_micro_batch_that_fits(monkeypatch):
+    # a stand-in device that holds steps of at most 40 episodes: doubling from 8 stops at 32
+    from agent_lab.envs import make_env
+
+    bench = _load("gpu_bench")
+    env, tok, model, batch = grouped_number_search_batch(0, 2, 4)
+    sizes = []
+
+    def step(model, big, env, amp, micro):
+        sizes.append(len(big))
+        if len(big) > 40:
+            raise torch.cuda.OutOfMemoryError("stand-in")
+        return 0.0
+
+    monkeypatch.setattr(bench, "peak_step_memory", step)
+    assert bench.largest_micro_batch(model, batch, make_env("number-search"), None) == 32
+    assert sizes == [8, 16, 32, 64]
 
 
 def test_gpu_bench_knows_the_h200_bf16_peak():
