@@ -52,8 +52,7 @@ def settings(**overrides) -> dict:
 
 
 def evaluation(result, env) -> dict:
-    """Greedy and sampled success per split and per level within it, each with its Wilson
-    interval."""
+    """Greedy and sampled success per split and per level within it, each with its Wilson interval."""
     out = {}
     for split in env.splits:
         for decoding, k in (("greedy", 1), ("sampled", 4)):

@@ -104,7 +104,9 @@ def play(model, tok: WordTokenizer, targets: list[int], greedy: bool) -> list[di
             e["env_mask"] += [1] * n
             e["logprobs"] += lps[j, :n].tolist()
             if toks[n - 1] != tok.nl_id:  # the action was cut at its length limit: the newline is not sampled
-                e["completion_ids"].append(tok.nl_id), e["env_mask"].append(0), e["logprobs"].append(0.0)
+                e["completion_ids"].append(tok.nl_id)
+                e["env_mask"].append(0)
+                e["logprobs"].append(0.0)
         step = env.step(texts)
         for i in live:
             eps[i]["return"] += float(step.rewards[i])

@@ -71,7 +71,7 @@ def main(argv=None) -> dict:
     p.add_argument("--train-steps", type=int, default=400, help="budget for the number-search run")
     p.add_argument("--time-limit", type=float, default=150.0,
                    help="seconds for the number-search run: it stops after the step that passes them, so the "
-                        "whole script stays within 5 minutes however slow the device")
+                        "whole script stays within its budget however slow the device")
     p.add_argument("--crafting-limit", type=float, default=240.0,
                    help="seconds for the crafting recipe: it stops after the step that passes them")
     args = p.parse_args(argv)
@@ -196,7 +196,7 @@ def crafting_to_target(device: torch.device, limit_s: float, tiny: bool = False)
             ratio = g["success"] / g["optimum"] if g.get("optimum") else float("nan")
             ratios[f"{split} {level}"] = ratio
             met &= depth not in CRAFTING_TARGET or ratio >= CRAFTING_TARGET[depth]
-    print(f"4. crafting, recipe crafting-full ({'SFT then Dr.GRPO' if r.history else 'nothing run'}), "
+    print(f"4. crafting, recipe crafting-full (SFT then Dr.GRPO), "
           f"{len(r.history)} steps in {seconds:.0f} s (limit {limit_s:.0f} s): greedy success / planner "
           + ", ".join(f"{k} {v:.2f}" for k, v in ratios.items()) + f"; target {'met' if met else 'not met'}")
     return {"crafting_s": seconds, "crafting_steps": len(r.history), "crafting_ratios": ratios,

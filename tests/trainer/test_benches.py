@@ -44,8 +44,6 @@ def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
 
 def test_gpu_bench_finds_the_largest_micro_batch_that_fits(monkeypatch):
     # a stand-in device that holds steps of at most 40 episodes: doubling from 8 stops at 32
-    from agent_lab.envs import make_env
-
     bench = _load("gpu_bench")
     env, tok, model, batch = grouped_number_search_batch(0, 2, 4)
     sizes = []
@@ -57,7 +55,7 @@ def test_gpu_bench_finds_the_largest_micro_batch_that_fits(monkeypatch):
         return 0.0
 
     monkeypatch.setattr(bench, "peak_step_memory", step)
-    assert bench.largest_micro_batch(model, batch, make_env("number-search"), None) == 32
+    assert bench.largest_micro_batch(model, batch, env, None) == 32
     assert sizes == [8, 16, 32, 64]
 
 
