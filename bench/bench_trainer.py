@@ -11,8 +11,9 @@
    >= 80% at depth 3. Beside them: each phase's peak resident memory and where its time went (the trainer's
    ``time_<phase>_s``; ``bench_crafting_profile.py`` sets them against this CPU's matmul peak).
 
-``--quick`` (default): number-search, number-search/dr_grpo and number-search/gigpo over 3 seeds, the others over 1;
-``--full``: 3 seeds for every recipe, the full-only ones included. Every figure is printed and written, with the
+``--quick`` (default): 3 seeds for every recipe but the full-only ones; ``--full``: those too. Number search runs
+on every core (``--threads``, default torch's own count): a benchmark has the machine to itself, while the recipes
+keep one thread for the tests and the book, which share it. Every figure is printed and written, with the
 command, the date, the machine and the commit, to ``bench/results/bench_trainer.json`` (``--results``), which
 ``agent-lab recipes`` reads.
 """
@@ -37,13 +38,13 @@ from agent_lab.trainer import train, train_rl, train_sft  # noqa: E402
 
 
 
-def number_search(names, seeds_for, time_limit: float) -> list[dict]:
+def number_search(names, seeds: int, time_limit: float, threads: int = 0) -> list[dict]:
     rows = []
     for name in names:
         runs = []
-        for seed in range(seeds_for(name)):
+        for seed in range(seeds):
             c0 = time.process_time()
-            r = train(recipe(name, seed=seed, time_limit_s=time_limit), progress=False)
+            r = train(recipe(name, seed=seed, time_limit_s=time_limit, cpu_threads=threads), progress=False)
             cpu = time.process_time() - c0  # CPU seconds of this process: less inflated by a busy machine
             hit = r.reached_optimum_at
             got = hit or {}
@@ -57,7 +58,7 @@ def number_search(names, seeds_for, time_limit: float) -> list[dict]:
         secs = [x["reached_s"] if x["reached_s"] is not None else float("inf") for x in runs]
         eps = [x["reached_episodes"] if x["reached_episodes"] is not None else float("inf") for x in runs]
         reached = sum(s < float("inf") for s in secs)
-        row = {"recipe": name, "seeds": len(runs), "reached": f"{reached}/{len(runs)}",
+        row = {"recipe": name, "seeds": len(runs), "cpu_threads": threads, "reached": f"{reached}/{len(runs)}",
                "median_s": statistics.median(secs), "median_episodes": statistics.median(eps),
                "final_greedy": statistics.median(x["final_greedy"] for x in runs), "runs": runs}
         row["summary"] = (f"optimum 15/16 reached in {reached} of {len(runs)} seeds, median {row['median_s']:.1f} s "
@@ -131,17 +132,16 @@ def main(argv=None) -> None:
     p.add_argument("--crafting-budget", choices=("quick", "full", "long"), default=None,
                    help="crafting: recipe crafting-<budget>; default quick, or full with --full")
     p.add_argument("--seeds", type=int, default=None, help="number search: seeds per recipe (default: see --quick)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="number search: torch threads per run (default 0: torch's default, every core)")
     p.add_argument("--results", type=Path, default=RESULTS / "bench_trainer.json", help="where to write the figures")
     args = p.parse_args(argv)
-    three = ("number-search", "number-search/dr_grpo", "number-search/gigpo")
-    seeds_for = ((lambda n: args.seeds) if args.seeds else (lambda n: 3) if args.full else
-                 (lambda n: 3 if n in three else 1))
     limit = 900.0 if args.full else 200.0
     t = time.perf_counter()
     if args.only in (None, "number-search"):
         print("1. number search (N=16, K=4; planner optimum 15/16): time to greedy optimum")
         names = [n for n, r in RECIPES.items() if r.bench == "number-search" and (args.full or not r.full_only)]
-        rows = number_search(names, seeds_for, limit)
+        rows = number_search(names, args.seeds or 3, limit, args.threads)
         print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
         save_section(args.results, "number-search", rows, " ".join(["python bench/bench_trainer.py", *argv]))
     if args.only in (None, "crafting"):

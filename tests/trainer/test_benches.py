@@ -151,7 +151,7 @@ def test_trainer_bench_runs_exactly_the_recipes_the_cli_lists_and_records_them(m
     assert names == [n for n, r in RECIPES.items() if r.bench == "number-search"]
     rows = __import__("json").loads(results.read_text())["sections"]["number-search"]["rows"]
     assert all(run["steps"] == 5 and run["reached_step"] == 5 for row in rows for run in row["runs"])
-    assert [c.to_dict() for c in ran] == [RECIPES[n].config(seed=0, time_limit_s=900.0).to_dict() for n in names]
+    assert [c.to_dict() for c in ran] == [RECIPES[n].config(seed=0, time_limit_s=900.0, cpu_threads=0).to_dict() for n in names]
     monkeypatch.setattr("agent_lab.recipes.results_file", lambda: results)
     capsys.readouterr()
     assert cli_main(["recipes"]) == 0
