@@ -43,7 +43,7 @@ class TurnCritic(nn.Module):
             raise ValueError(f"layers must be a non-negative integer (0: a linear critic), got {layers!r}")
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
-                torch.manual_seed(seed)
+                torch.default_generator.manual_seed(seed)  # the CPU generator only: fork_rng restores no other
             parts: list[nn.Module] = [nn.LayerNorm(in_features)]
             width = in_features
             for _ in range(layers):

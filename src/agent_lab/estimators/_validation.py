@@ -15,19 +15,20 @@ import torch
 from torch import Tensor
 
 
-def as_float_tensor(name: str, value: Any, *, finite: bool = True) -> Tensor:
+def as_float_tensor(name: str, value: Any, *, finite: bool = True, dtype: torch.dtype | None = None) -> Tensor:
     """Return ``value`` as a non-empty floating tensor (lists, ints and bools are converted).
 
     Floating tensors are returned as they are (same object, same dtype, same device) so that autograd
-    still flows through them; other input becomes a tensor of the default floating dtype.
+    still flows through them; other input becomes a tensor of ``dtype`` (default: torch's default floating
+    dtype), converted once, so that a list of float64 numbers meant for float64 arithmetic is not rounded first.
     """
     if isinstance(value, Tensor):
         if value.is_complex():
             raise ValueError(f"{name} must be real, got a tensor of dtype {value.dtype}")
-        tensor = value if value.is_floating_point() else value.to(torch.get_default_dtype())
+        tensor = value if value.is_floating_point() else value.to(dtype or torch.get_default_dtype())
     else:
         try:
-            tensor = torch.as_tensor(value, dtype=torch.get_default_dtype())
+            tensor = torch.as_tensor(value, dtype=dtype or torch.get_default_dtype())
         except (TypeError, ValueError, RuntimeError) as exc:
             raise ValueError(f"{name} must be a tensor or a sequence of real numbers, got {value!r}") from exc
     if tensor.numel() == 0:

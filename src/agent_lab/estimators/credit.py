@@ -274,7 +274,7 @@ def _anchor_inputs(state_ids: Tensor, like: Tensor, turn_mask: Tensor, group_siz
     if weights is None:
         w = torch.ones(like.shape[0], dtype=like.dtype, device=like.device)
     else:
-        w = as_float_tensor("weights", weights).to(like.dtype)
+        w = as_float_tensor("weights", weights, dtype=like.dtype).to(like.dtype)
         if tuple(w.shape) != (like.shape[0],):
             raise ValueError(f"weights must have shape ({like.shape[0]},) (one per episode), got {tuple(w.shape)}")
         if bool((w < 0).any()):

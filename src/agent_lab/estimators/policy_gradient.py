@@ -96,8 +96,9 @@ def _ppo_stats(ratio: Tensor, token_log_ratio: Tensor, adv: Tensor, mask: Tensor
         nan = torch.full((), float("nan"), dtype=ratio.dtype, device=ratio.device)
 
         def share(part: Tensor, whole: Tensor) -> Tensor:
-            # Counts are integers: divide them in the ratio's dtype (integer division would give float32).
-            return part.sum().to(ratio.dtype) / whole.sum().clamp(min=1).to(ratio.dtype)
+            # Integer counts divided in float64 (a half-precision count overflows past 65504 tokens), then
+            # returned in the ratio's dtype.
+            return (part.sum().double() / whole.sum().clamp(min=1).double()).to(ratio.dtype)
 
         valid = bool(n > 0)
         masked_ratio = ratio[mask]

@@ -37,7 +37,8 @@ def reward_to_go(rewards: Any, gamma: float = 1.0, mask: Tensor | None = None) -
     Book: part1/05_reward_to_go_td_gae.
     """
     rewards = as_float_tensor("rewards", rewards)
-    check_ndim("rewards", rewards, range(1, 64), "[..., T] with at least one dimension")
+    if rewards.ndim == 0:  # any number of leading dimensions, up to torch's own limit
+        raise ValueError("rewards must have shape [..., T] with at least one dimension, got shape ()")
     gamma = unit_interval("gamma", gamma)
     if mask is not None:
         real = as_mask("mask", mask, rewards.shape)
