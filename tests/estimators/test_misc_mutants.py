@@ -268,3 +268,24 @@ def test_degenerate_group_fraction_two_dimensional_rewards_message():
         lambda: E.degenerate_group_fraction([[1.0]], 1),
         "rewards must have shape [B] (one return per sample), got shape (1, 1)",
     )
+
+
+def test_integer_tensors_become_floating_tensors_of_the_default_dtype_or_the_one_asked_for():
+    # as_float_tensor converts a non-floating tensor once; estimators never compute in integers.
+    out = E.reward_to_go(torch.tensor([1, 2, 3]))
+    assert out.dtype == torch.get_default_dtype() and torch.equal(out, torch.tensor([6.0, 5.0, 3.0]))
+    returns = torch.tensor([[1.0], [0.0]], dtype=F64)
+    ids, mask = torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.bool)
+    base = E.anchor_state_baselines(returns, ids, mask, 2, weights=torch.tensor([1, 3]))[0]
+    assert base.dtype == F64 and torch.equal(base, torch.full((2, 1), 0.25, dtype=F64))
+
+
+@pytest.mark.parametrize("objective, kwargs, message", [
+    ("constant", {}, "max_tokens is required for objective 'constant' (Dr.GRPO divides by B * max_tokens)"),
+    ("turn_then_trajectory", {}, "turn_ids [B, L-1] is required for objective 'turn_then_trajectory'"),
+    ("turn_then_trajectory", {"turn_ids": torch.tensor([[0, -1]])},
+     "turn_ids must be >= 0 on every token in action_mask (got -1 on an action token)"),
+])
+def test_aggregate_names_what_its_objective_is_missing(objective, kwargs, message):
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    _raises(lambda: E.aggregate(torch.ones(1, 2), mask, objective, **kwargs), message)
