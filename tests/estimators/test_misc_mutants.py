@@ -289,3 +289,16 @@ def test_integer_tensors_become_floating_tensors_of_the_default_dtype_or_the_one
 def test_aggregate_names_what_its_objective_is_missing(objective, kwargs, message):
     mask = torch.ones(1, 2, dtype=torch.bool)
     _raises(lambda: E.aggregate(torch.ones(1, 2), mask, objective, **kwargs), message)
+
+
+@pytest.mark.parametrize("call, numbers", [
+    (lambda v, like: E.td_residuals(like, v, torch.ones(1, 2, dtype=torch.bool), 0.5, torch.tensor([True])),
+     [[0.1, 0.3]]),
+    (lambda v, like: E.potential_based_shaping(like, v, 0.5), [[0.1, 0.3, 0.7]]),
+    (lambda v, like: E.explained_variance(like, v), [[0.1, 0.3]]),
+])
+def test_a_list_beside_a_float64_tensor_is_read_in_float64_not_rounded_through_float32(call, numbers):
+    # 0.1, 0.3 and 0.7 are not float32 numbers: a list must give exactly what the same float64 tensor gives.
+    like = torch.tensor([[1.0, 0.5]], dtype=F64)
+    from_list, from_tensor = call(numbers, like), call(torch.tensor(numbers, dtype=F64), like)
+    assert from_list.dtype == F64 and torch.equal(from_list, from_tensor)

@@ -38,6 +38,12 @@ def as_float_tensor(name: str, value: Any, *, finite: bool = True, dtype: torch.
     return tensor
 
 
+def as_float_like(name: str, value: Any, like: Tensor) -> Tensor:
+    """``value`` as a finite floating tensor in ``like``'s dtype: a tensor is cast (autograd flows through the
+    cast), other input is converted straight to that dtype, never rounded through the default dtype first."""
+    return as_float_tensor(name, value, dtype=like.dtype).to(like.dtype)
+
+
 def check_finite(name: str, tensor: Tensor) -> None:
     """Raise if ``tensor`` holds NaN or an infinity, naming the first offending index."""
     bad = ~torch.isfinite(tensor.detach())

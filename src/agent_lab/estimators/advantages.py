@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, check_same_shape, group_count, unit_interval
+from ._validation import as_float_like, as_float_tensor, check_same_shape, group_count, unit_interval
 from .returns import _turn_inputs
 
 __all__ = [
@@ -111,7 +111,7 @@ def td_residuals(
     """
     rewards, real, final = _turn_inputs(rewards, turn_mask, terminated, bootstrap_values)
     gamma = unit_interval("gamma", gamma)
-    values = as_float_tensor("values", values).to(rewards.dtype)
+    values = as_float_like("values", values, rewards)
     check_same_shape("values", values, "rewards", rewards)
     # V(h_{t+1}): the next column, except after each row's last real turn, where it is the final value.
     next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)

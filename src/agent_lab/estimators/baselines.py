@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, check_ndim, group_count
+from ._validation import as_float_like, as_float_tensor, check_ndim, group_count
 
 __all__ = [
     "constant_baseline",
@@ -51,7 +51,7 @@ def running_mean_update(mean: Any, count: int, rewards: Any) -> tuple[Tensor, in
     rewards = as_float_tensor("rewards", rewards).detach()
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
-    old = as_float_tensor("mean", mean).detach().to(rewards.dtype)
+    old = as_float_like("mean", mean, rewards).detach()
     if old.numel() != 1:
         raise ValueError(f"mean must be a single number, got shape {tuple(old.shape)}")
     old = old.reshape(())
@@ -85,14 +85,14 @@ def optimal_constant_baseline(
     """
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, (1,), "[N]")
-    scores = as_float_tensor("scores", scores).to(rewards.dtype)
+    scores = as_float_like("scores", scores, rewards)
     check_ndim("scores", scores, (1, 2), "[N] or [N, D]")
     if scores.shape[0] != rewards.shape[0]:
         raise ValueError(f"scores has {scores.shape[0]} rows but rewards has {rewards.shape[0]}; pass one score per reward")
     if weights is None:
         w = torch.full_like(rewards, 1.0 / rewards.shape[0])
     else:
-        w = as_float_tensor("weights", weights).to(rewards.dtype)
+        w = as_float_like("weights", weights, rewards)
         if w.shape != rewards.shape:
             raise ValueError(f"weights must have shape {tuple(rewards.shape)}, got {tuple(w.shape)}")
         if bool((w < 0).any()):

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    as_float_like,
     as_float_tensor,
     as_mask,
     check_finite,
@@ -99,7 +100,7 @@ def gae_targets(
     """
     advantages = gae(rewards, values, turn_mask, gamma, lam, terminated, bootstrap_values)
     real = as_mask("turn_mask", turn_mask, advantages.shape)
-    targets = advantages + as_float_tensor("values", values).to(advantages.dtype).detach()
+    targets = advantages + as_float_like("values", values, advantages).detach()
     return advantages, torch.where(real, targets, torch.zeros_like(targets))
 
 
@@ -125,7 +126,7 @@ def value_loss(
     """
     values = as_float_tensor("values", values)
     check_ndim("values", values, (2,), "[B, T] (one value per turn)")
-    targets = as_float_tensor("targets", targets).to(values.dtype).detach()
+    targets = as_float_like("targets", targets, values).detach()
     if targets.shape != values.shape:
         raise ValueError(f"targets must have the shape of values {tuple(values.shape)}, got {tuple(targets.shape)}")
     real = _turn_mask(turn_mask, values.shape)
@@ -135,7 +136,7 @@ def value_loss(
     if clip_range is not None:
         if not float(clip_range) > 0:
             raise ValueError(f"clip_range must be a positive number, got {clip_range!r}")
-        old = as_float_tensor("old_values", old_values).to(values.dtype).detach()
+        old = as_float_like("old_values", old_values, values).detach()
         if old.shape != values.shape:
             raise ValueError(f"old_values must have the shape of values {tuple(values.shape)}, got {tuple(old.shape)}")
         clipped = old + (values - old).clamp(-float(clip_range), float(clip_range))
@@ -274,7 +275,7 @@ def _anchor_inputs(state_ids: Tensor, like: Tensor, turn_mask: Tensor, group_siz
     if weights is None:
         w = torch.ones(like.shape[0], dtype=like.dtype, device=like.device)
     else:
-        w = as_float_tensor("weights", weights, dtype=like.dtype).to(like.dtype)
+        w = as_float_like("weights", weights, like)
         if tuple(w.shape) != (like.shape[0],):
             raise ValueError(f"weights must have shape ({like.shape[0]},) (one per episode), got {tuple(w.shape)}")
         if bool((w < 0).any()):

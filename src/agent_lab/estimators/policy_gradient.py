@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, as_mask, as_turn_ids, check_finite, check_ndim, unit_interval
+from ._validation import as_float_like, as_float_tensor, as_mask, as_turn_ids, check_finite, check_ndim, unit_interval
 from .logprobs import kl_estimate, sequence_log_ratios, token_log_ratios
 
 __all__ = ["expand_to_tokens", "reinforce_surrogate", "ppo_clipped_surrogate", "PPO_STATS", "KL_OLD_NEW"]
@@ -77,7 +77,7 @@ def reinforce_surrogate(
     check_ndim("logprobs", logprobs, (2,), "[B, L-1]")
     coefficients = as_float_tensor("coefficients", coefficients)
     if baseline is not None:
-        baseline = as_float_tensor("baseline", baseline).to(coefficients.dtype)
+        baseline = as_float_like("baseline", baseline, coefficients)
         if baseline.shape != coefficients.shape:
             raise ValueError(f"baseline must have the shape of coefficients {tuple(coefficients.shape)}, got {tuple(baseline.shape)}")
         coefficients = coefficients - baseline

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ._validation import (
+    as_float_like,
     as_float_tensor,
     as_mask,
     check_ndim,
@@ -78,7 +79,7 @@ def final_values(terminated: Tensor, bootstrap_values: Any, like: Tensor) -> Ten
     batch = like.shape[0]
     if bootstrap_values is None:
         return torch.zeros(batch, dtype=like.dtype, device=like.device)
-    boot = as_float_tensor("bootstrap_values", bootstrap_values).to(like.dtype)
+    boot = as_float_like("bootstrap_values", bootstrap_values, like)
     if tuple(boot.shape) != (batch,):
         raise ValueError(f"bootstrap_values must have shape ({batch},) (one value per row), got {tuple(boot.shape)}")
     return torch.where(terminated, torch.zeros_like(boot), boot)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, as_mask, check_ndim, check_trailing_padding, unit_interval
+from ._validation import as_float_like, as_float_tensor, as_mask, check_ndim, check_trailing_padding, unit_interval
 
 __all__ = ["potential_based_shaping"]
 
@@ -39,7 +39,7 @@ def potential_based_shaping(
     rewards = as_float_tensor("rewards", rewards)
     check_ndim("rewards", rewards, (2,), "[B, T] (one reward per turn)")
     gamma = unit_interval("gamma", gamma)
-    phi = as_float_tensor("potentials", potentials).to(rewards.dtype)
+    phi = as_float_like("potentials", potentials, rewards)
     batch, turns = rewards.shape
     if tuple(phi.shape) != (batch, turns + 1):
         raise ValueError(f"potentials must have shape ({batch}, {turns + 1}) = [B, T+1], got {tuple(phi.shape)}")

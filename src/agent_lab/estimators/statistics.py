@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ._validation import as_float_tensor, as_mask, check_ndim, group_count, positive_int
+from ._validation import as_float_like, as_float_tensor, as_mask, check_ndim, group_count, positive_int
 
 __all__ = [
     "prob_at_least_one_success",
@@ -188,7 +188,7 @@ def explained_variance(predictions: Any, targets: Any, mask: Tensor | None = Non
     Book: part2/06_credit_assignment, part2/08_diagnostics.
     """
     y_hat = as_float_tensor("predictions", predictions).detach()
-    y = as_float_tensor("targets", targets).detach().to(y_hat.dtype)
+    y = as_float_like("targets", targets, y_hat).detach()
     if y.shape != y_hat.shape:
         raise ValueError(f"targets has shape {tuple(y.shape)} but predictions has shape {tuple(y_hat.shape)}; "
                          "they must match")
