@@ -302,3 +302,8 @@ def test_a_list_beside_a_float64_tensor_is_read_in_float64_not_rounded_through_f
     like = torch.tensor([[1.0, 0.5]], dtype=F64)
     from_list, from_tensor = call(numbers, like), call(torch.tensor(numbers, dtype=F64), like)
     assert from_list.dtype == F64 and torch.equal(from_list, from_tensor)
+
+
+def test_a_probability_of_exactly_one_is_accepted():
+    # [0, 1] is closed: p = 1 makes every group of 4 degenerate (all successes).
+    assert E.degenerate_group_probability(1.0, 4).item() == 1.0
