@@ -49,6 +49,7 @@ PANELS: tuple[Panel, ...] = (
     Panel("gradient norm", ("grad_norm_before", "grad_norm_after"), "L2 norm", 0.0),
     Panel("ESS / B", ("ess_fraction",), "share of the batch", 0.0, 1.02),
     Panel("sampler vs trainer", ("logprob_gap_max", "logprob_gap_mean"), "|log mu - log pi|", 0.0, span=1e-3),
+    Panel("refused actions", ("rejected_share",), "share of sampled turns", 0.0, 1.02),
     Panel("episode length", ("episode_turns", "action_tokens"), "turns / tokens", 0.0),
     Panel("loss", ("loss",), "loss"),
     Panel("seconds", ("elapsed_s",), "seconds since start", 0.0),

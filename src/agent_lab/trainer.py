@@ -52,7 +52,7 @@ from agent_lab.timing import span
 from agent_lab.update import gradient_step, loss_and_stats, policy_logits, take
 
 __all__ = ["train", "train_sft", "train_rl", "TrainConfig", "TrainResult", "Run", "policy_logits", "loss_and_stats",
-           "max_action_tokens", "sft_lr_at"]
+           "max_action_tokens", "sft_lr_at", "rejected_share"]
 
 AdvantageFn = Callable[[Tensor, int], Tensor]
 LossFn = Callable[[Tensor, Tensor, Tensor, int], Any]
@@ -543,15 +543,24 @@ def summarise_updates(updates: list[dict]) -> dict:
 
 
 def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, adv: Tensor) -> dict:
-    """Reward, success and all-equal groups of every sampled episode; the update batch's advantages and lengths,
-    and what the algorithm itself logs (``Algorithm.statistics``)."""
+    """Reward, success, all-equal groups and refused actions of every sampled episode; the update batch's
+    advantages and lengths, and what the algorithm itself logs (``Algorithm.statistics``)."""
     every = sampled.episode_return
-    return dict(reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
+    refused = rejected_share(sampled.episode_logs)
+    return dict(**({} if refused is None else {"rejected_share": refused}),reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
                 success=float(sampled.success.float().mean()),
                 degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
                 advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
                 action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
                 **run.algo.statistics(batch))
+
+
+def rejected_share(episode_logs: list[dict]) -> float | None:
+    """The share of the logged turns whose action the environment refused (a turn logged with an ``error``:
+    unparseable text, or a well-formed action its rules forbid), pooled over episodes; ``None`` without logs.
+    Near 1 early in pure RL without the candidate mask: the policy has not yet found the action format."""
+    errors = [t.get("error") is not None for log in episode_logs for t in log["turns"]]
+    return sum(errors) / len(errors) if errors else None
 
 
 def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=None) -> str:

@@ -140,3 +140,34 @@ def test_ess_weights_each_episode_by_the_product_of_its_token_ratios():
                  torch.zeros(B, dtype=torch.float64))
     w = [pi[a] / MU[a] * pi[b] / MU[b] for a, b in pairs]
     assert stats["ess_fraction"] == pytest.approx(sum(w) ** 2 / sum(x * x for x in w) / B, rel=1e-12)
+
+
+def _three_number_search_episodes():
+    """Targets 8, 5, 3: 'guess 8' wins at once; 'hello' is refused, then 'guess 5' wins; 'guess 20' is refused
+    (out of 1..16), then 'guess 1' is executed. Pooled over turns: 2 refused of 5 (0.4); the mean of the
+    episodes' own shares would be (0 + 1/2 + 1/2) / 3."""
+    from agent_lab.envs import make_env
+
+    env = make_env("number-search")
+    env.reset([8, 5, 3])
+    env.step(["guess 8", "hello", "guess 20"])
+    env.step(["", "guess 5", "guess 1"])
+    return env.episode_logs()
+
+
+def test_rejected_share_pools_the_refused_turns_of_every_episode():
+    from agent_lab.trainer import rejected_share
+
+    logs = _three_number_search_episodes()
+    assert [len(log["turns"]) for log in logs] == [1, 2, 2]
+    assert rejected_share(logs) == 2 / 5
+    assert rejected_share([]) is None
+
+
+def test_rollout_diagnostics_logs_the_refused_share_only_when_the_batch_has_logs():
+    batch = one_token_batch([0] * 3, [0.5] * 3, rewards=[1.0, 1.0, 0.0])
+    run = SimpleNamespace(cfg=SimpleNamespace(algorithm=SimpleNamespace(group_size=3)),
+                          algo=make_algorithm("dr_grpo", group_size=3, max_tokens=1))
+    assert "rejected_share" not in rollout_diagnostics(run, batch, batch, torch.zeros(3))
+    batch.episode_logs = _three_number_search_episodes()
+    assert rollout_diagnostics(run, batch, batch, torch.zeros(3))["rejected_share"] == 2 / 5
