@@ -31,10 +31,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import RESULTS, save_section  # noqa: E402
 
-from agent_lab.envs import make_env  # noqa: E402
 from agent_lab.recipes import recipe  # noqa: E402
 from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
-from agent_lab.trainer import rejected_share, train  # noqa: E402
+from agent_lab.trainer import build_env, rejected_share, train  # noqa: E402
 
 OUT = RESULTS / "bench_no_mask.json"
 NO_MASK = "number-search/dr_grpo-no-mask"
@@ -90,7 +89,7 @@ def repeats(logs: list[dict]) -> float | None:
 
 def probe(result, samples: int = 512) -> dict:
     """The trained policy as it was trained (its candidate-mask setting): sampled and greedy episodes."""
-    env = make_env("number-search")
+    env = build_env(result.config)  # with the candidate mask's allowed actions when the run sampled under it
     mask = result.config.sampling.candidate_mask
     out = {}
     for decoding, tasks in (("sampled", [1 + i % 16 for i in range(samples)]), ("greedy", list(range(1, 17)))):

@@ -72,4 +72,7 @@ def test_a_tiny_run_writes_its_section_where_told(bench, tmp_path):
     assert [r["recipe"] for r in got["runs"]] == list(bench.ARMS)
     for r in got["runs"]:
         assert 0.0 <= r["sampled_rejected_share"] <= 1.0 and r["steps"] >= 1
+    masked = got["runs"][list(bench.ARMS).index("number-search/dr_grpo")]
+    # probed as trained: under the candidate mask nothing sampled is refused, even by a barely trained policy
+    assert masked["sampled_rejected_share"] == 0.0 and masked["greedy_rejected_share"] == 0.0
     assert [x["policy"] for x in section["rows"][0]["references"]][0] == "planner (binary search)"
