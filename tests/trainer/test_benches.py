@@ -184,3 +184,20 @@ def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, caps
 
     saved = json.loads((tmp_path / "c.json").read_text())["sections"]["tiny"]
     assert saved["rows"] == json.loads(json.dumps(rows))
+
+
+def test_the_crafting_budgets_differ_only_in_their_step_counts():
+    """The profile's peak memory per step (bench_crafting_profile: crafting-quick's SFT, crafting-full's RL) holds for
+    every crafting budget, crafting-long included, because nothing else differs between them."""
+    from agent_lab.recipes import recipe
+
+    def without_budget(name):
+        d = recipe(name).to_dict()
+        for section, key in (("sft", "steps"), ("sft", "lr_decay_steps"), ("algorithm", "steps")):
+            d[section].pop(key)
+        d["plugins"]["recovery_demonstrations"].pop("from_step")
+        return d
+
+    full = without_budget("crafting-full")
+    assert without_budget("crafting-quick") == full and without_budget("crafting-long") == full
+    assert recipe("crafting-long").sft.steps > recipe("crafting-full").sft.steps  # the budgets do differ
