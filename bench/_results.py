@@ -14,11 +14,23 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The processor's model name (Linux), or None: machines of one kind differ by more than 2x in speed, so a
+    figure names the processor it came from."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return platform.processor() or None
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name") and ":" in line]
+    return names[0] if names else platform.processor() or None
+
+
 def machine() -> dict:
     import torch
 
-    return {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    return {"cores": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
 
 
 def commit() -> str | None:
@@ -68,7 +80,8 @@ def load(name: str, directory: Path = RESULTS) -> dict | None:
 def provenance(section: dict) -> str:
     """One Markdown line: the command, date, machine and commit that produced a section's figures."""
     m = section.get("machine") or {}
-    machine = f"{m.get('cores', '?')} cores, device {m.get('device', 'cpu')}"
+    machine = f"{m.get('cores', '?')} cores" + (f" ({m['cpu']})" if m.get("cpu") else "")
+    machine += f", device {m.get('device', 'cpu')}"
     machine += f", torch {m['torch']}" if m.get("torch") else ""
     return (f"`{section.get('command')}` on {section.get('date')}; {machine}; "
             f"commit `{section.get('commit') or 'unknown'}`")

@@ -37,3 +37,16 @@ def test_markdown_table_names_a_column_no_row_has():
         results.markdown_table([{"turn": {"mse": 1.0}}], ["mse"])
     with pytest.raises(ValueError, match="1 headers for 2 columns"):
         results.markdown_table([{"a": 1, "b": 2}], ["a", "b"], ["a"])
+
+
+def test_a_section_names_the_processor_it_ran_on(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n"
+                    "model name\t: AMD EPYC\n")
+    assert results.cpu_model(info) == "AMD EPYC"
+    assert results.cpu_model(tmp_path / "absent") == (results.platform.processor() or None)
+    section = {"command": "c", "date": "d", "commit": "x",
+               "machine": {"cores": 2, "cpu": "AMD EPYC", "device": "cpu", "torch": "2.13.0+cpu"}}
+    assert "2 cores (AMD EPYC), device cpu, torch 2.13.0+cpu" in results.provenance(section)
+    section["machine"].pop("cpu")  # sections written before the processor was recorded
+    assert "2 cores, device cpu" in results.provenance(section)
