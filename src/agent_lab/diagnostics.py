@@ -254,9 +254,15 @@ def next_steps(result, recipe: str | None = None) -> list[str]:
         if _finite(entropy) and entropy < 0.05:
             tips.append(f"- entropy fell to {entropy:.3f} nats per action token: the policy stopped exploring; add "
                         "an entropy bonus (--entropy-coef 0.03) or lower --lr")
+        refused = [h["rejected_share"] for h in rl if _finite(h.get("rejected_share"))]
         if cfg is not None and not cfg.sampling.candidate_mask and success < 0.2:
             tips.append(f"- only {success:.0%} of the sampled episodes succeeded: sample with the candidate mask "
                         "(--candidate-mask)")
+        elif cfg is not None and not cfg.sampling.candidate_mask and refused and max(refused) < 0.2:
+            tips.append(f"- at most {max(refused):.0%} of the sampled actions were refused, so the format is learned, "
+                        "yet the policy stays below the optimum: it may ignore the observations (on number search "
+                        "bench/bench_no_mask.py measures it); start from an SFT cold start (--sft-steps 200) or sample "
+                        "with the candidate mask (--candidate-mask)")
         if len(tips) == 1:
             tips.append(f"- still improving? train longer (--steps {2 * cfg.algorithm.steps if cfg else 'more'})")
     if recipe != "number-search" and cfg is not None and cfg.env == "number-search":

@@ -80,7 +80,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            dict(env="number-search", algo="sft", steps=300, sft_batch_size=32, eval_every=5, stop_at_optimum=True),
            bench="number-search"),
     Recipe("number-search/dr_grpo-no-mask", "pure Dr.GRPO without the candidate mask: the policy must discover "
-           "the 'guess <n>' format itself (rarely reaches the optimum within its budget)",
+           "the 'guess <n>' format itself; it does, but its guesses ignore the answers, and it stays far below the "
+           "optimum (bench/bench_no_mask.py measures why)",
            dict(PURE_RL, algo="dr_grpo", candidate_mask=False, entropy_coef=0.0, lr=1e-3, steps=2000),
            bench="number-search", full_only=True),
     Recipe("number-search/plain", "TrainConfig's defaults: 40 steps of Dr.GRPO from random weights, no cold start, no "

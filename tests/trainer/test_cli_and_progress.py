@@ -145,6 +145,13 @@ def test_the_summary_names_the_likely_reason_a_run_ended_below_the_optimum():
     healthy = [_row(k, degenerate_fraction=0.2, entropy=0.6, success=0.7) for k in range(12)]
     assert "train longer (--steps 80)" in "\n".join(next_steps(_result(healthy, candidate_mask=True), "x"))
     assert next_steps(_result(healthy, success=15 / 16)) == []
+    formatted = [_row(k, degenerate_fraction=0.2, entropy=0.9, success=0.24, rejected_share=0.05 + k / 100)
+                 for k in range(12)]
+    tips = "\n".join(next_steps(_result(formatted), "x"))
+    assert "at most 16% of the sampled actions were refused" in tips and "--sft-steps 200" in tips
+    assert "at most" not in "\n".join(next_steps(_result(formatted, candidate_mask=True), "x"))
+    still_refused = [dict(r, rejected_share=0.3) for r in formatted]
+    assert "at most" not in "\n".join(next_steps(_result(still_refused), "x"))
 
 
 def test_curves_draw_constant_panels_on_a_fixed_scale_with_labels_and_legends_off_the_curves():
