@@ -546,13 +546,16 @@ def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, ad
     """Reward, success, all-equal groups and refused actions of every sampled episode; the update batch's
     advantages and lengths, and what the algorithm itself logs (``Algorithm.statistics``)."""
     every = sampled.episode_return
+    row = dict(reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
+               success=float(sampled.success.float().mean()),
+               degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
+               advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
+               action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
+               **run.algo.statistics(batch))
     refused = rejected_share(sampled.episode_logs)
-    return dict(**({} if refused is None else {"rejected_share": refused}),reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
-                success=float(sampled.success.float().mean()),
-                degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
-                advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
-                action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
-                **run.algo.statistics(batch))
+    if refused is not None:  # an environment without logs has no refusals to count
+        row["rejected_share"] = refused
+    return row
 
 
 def rejected_share(episode_logs: list[dict]) -> float | None:
