@@ -20,7 +20,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     try:
         lines = cpuinfo.read_text().splitlines()
     except OSError:
-        return platform.processor() or None
+        lines = []
     names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name") and ":" in line]
     return names[0] if names else platform.processor() or None
 

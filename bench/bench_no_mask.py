@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import RESULTS, save_section  # noqa: E402
 
+from agent_lab.envs import make_env  # noqa: E402
 from agent_lab.recipes import recipe  # noqa: E402
 from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
 from agent_lab.trainer import build_env, rejected_share, train  # noqa: E402
@@ -117,13 +118,21 @@ def run_arm(name: str, seed: int, budget: float, steps: int | None) -> dict:
 
 
 def references() -> list[dict]:
-    fixed, uniform = blind_optimum()
-    planner = Fraction(15, 16)  # NumberSearchDP's exact optimum (asserted in tests/envs)
-    return [{"policy": "planner (binary search)", "success": float(planner), "follows_answers": 1.0},
+    """The planner (its exact value from the DP; "follows" measured on its own demonstrations) and the two blind
+    policies, exactly."""
+    env = make_env("number-search")
+    targets = list(range(1, env.n + 1))
+    demos = env.demonstrations(targets)
+    env.reset(targets)
+    for turn in range(env.guesses):
+        env.step([d[turn][1] if turn < len(d) else "" for d in demos])
+    fixed, uniform = blind_optimum(env.n, env.guesses)
+    return [{"policy": "planner (binary search)", "success": env.dp.optimal_value(),
+             "follows_answers": follows_answers(env.episode_logs())},
             {"policy": "four distinct fixed guesses, answers ignored", "success": float(fixed),
              "follows_answers": None},
             {"policy": "four uniform guesses, answers ignored", "success": float(uniform),
-             "follows_answers": float(blind_follows())}]
+             "follows_answers": float(blind_follows(env.n))}]
 
 
 def main(argv=None) -> dict:
@@ -149,9 +158,9 @@ def main(argv=None) -> dict:
     print(f"no mask: 15/16 reached on {summary['reached']} seeds")
     command = "python bench/bench_no_mask.py" + (" --tiny" if args.tiny else f" --budget {args.budget:g} --seeds "
                                                                            f"{args.seeds}")
-    section = "tiny" if args.tiny else "main"
-    save_section(args.results, section, [{"runs": rows, "references": references(), **summary}], command)
-    return {"runs": rows, "references": references(), **summary}
+    result = {"runs": rows, "references": references(), **summary}
+    save_section(args.results, "tiny" if args.tiny else "main", [result], command)
+    return result
 
 
 if __name__ == "__main__":

@@ -75,4 +75,5 @@ def test_a_tiny_run_writes_its_section_where_told(bench, tmp_path):
     masked = got["runs"][list(bench.ARMS).index("number-search/dr_grpo")]
     # probed as trained: under the candidate mask nothing sampled is refused, even by a barely trained policy
     assert masked["sampled_rejected_share"] == 0.0 and masked["greedy_rejected_share"] == 0.0
-    assert [x["policy"] for x in section["rows"][0]["references"]][0] == "planner (binary search)"
+    planner = section["rows"][0]["references"][0]
+    assert planner == {"policy": "planner (binary search)", "success": 15 / 16, "follows_answers": 1.0}
