@@ -387,6 +387,10 @@ class SandboxKernelManager(AsyncKernelManager):
             os.chown(self.connection_file, 0, 0)
             os.chmod(self.connection_file, 0o600)
 
+    def processes(self) -> list[int]:
+        """Every live process of the sandbox uid: the kernel, and whatever it started (even with ``setsid``)."""
+        return processes_of(self.sandbox_uid)
+
     def after_shutdown(self) -> None:
         """Nothing the kernel started may outlive it (a fork bomb's leftovers, ``setsid`` processes)."""
         reap(self.sandbox_uid)

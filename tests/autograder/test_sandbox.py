@@ -12,11 +12,13 @@ import time
 import uuid
 from pathlib import Path
 
+import nbformat
 import pytest
 from traitlets.config import Config
 
 from agent_lab.grading import kernel
 from agent_lab.grading.remote import Channel
+from agent_lab.grading.session import KernelSession
 from autograder import sandbox
 
 pytestmark = [
@@ -160,6 +162,52 @@ def test_resource_limits_are_applied(facts):
     assert facts["big_file"] == "OSError"        # EFBIG beyond RLIMIT_FSIZE (SIGXFSZ ignored by Python)
     assert facts["fill_tmpfs"] == "OSError"      # ENOSPC: the tmpfs is size-limited
     assert facts["huge_alloc"] == "MemoryError"  # RLIMIT_AS
+
+
+FORKER = """import os, time
+
+def spawn():
+    if os.fork() == 0:  # the child outlives the call, as a fork bomb's children do
+        os.setsid()
+        time.sleep(600)
+        os._exit(0)
+    return 1
+
+def answer():
+    return 2
+"""
+
+
+def test_processes_a_graded_call_leaves_running_are_stopped_before_the_next_test():
+    lease = sandbox.UidLease()
+    ipc = str(sandbox.root_dir(sandbox.GRADE_TMP / uuid.uuid4().hex[:12]))
+
+    def manager():
+        return sandbox.SandboxKernelManager(sandbox_uid=lease.uid, ipc_dir=ipc,
+                                            limit_values=list(vars(LIMITS).values()))
+
+    session = KernelSession(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(FORKER)]), manager)
+    try:
+        session.run_notebook()
+        session.check_server()
+        kernel_alone = sandbox.processes_of(lease.uid)
+        first = session.ready()
+        assert first.call("spawn", (), {}) == 1
+        deadline = time.monotonic() + 20
+        while len(sandbox.processes_of(lease.uid)) <= len(kernel_alone) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(sandbox.processes_of(lease.uid)) > len(kernel_alone)  # the child is running
+        second = session.ready()
+        assert second is not first and session.restarts == 1
+        assert second.call("answer", (), {}) == 2
+        assert len(sandbox.processes_of(lease.uid)) == len(kernel_alone)  # the fresh kernel, nothing else
+        assert any("left 1 process(es) running" in note for note in session.notes), session.notes
+        assert session.ready() is second  # a call that leaves nothing behind keeps its kernel
+    finally:
+        session.close()
+        sandbox.reap(lease.uid)
+        shutil.rmtree(ipc, ignore_errors=True)
+        lease.release()
 
 
 def test_concurrent_leases_get_distinct_uids_held_by_a_lock_until_released():

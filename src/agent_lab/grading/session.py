@@ -3,12 +3,15 @@
 The kernel manager comes from the caller (the autograder's sandbox, or a plain local kernel for the students'
 check); it names ``rpc_path``, where the grader listens before the kernel starts, and may define
 ``after_ready()`` (the sandbox takes the kernel's write access to its socket directory away there) and
-``after_shutdown()`` (the sandbox kills every process the kernel's uid left behind).
+``after_shutdown()`` (the sandbox kills every process the kernel's uid left behind) and ``processes()`` (the
+sandbox's: every live process of the kernel's uid).
 
 When a cell kills the kernel or runs past its timeout, or a call does not answer, the kernel is replaced: a
 fresh one starts and the cells that ran before are replayed with their outputs discarded (the cell that killed
-or hung the kernel is not), so a submission loses only the tests its broken code affects. Outputs are capped
-while they arrive.
+or hung the kernel is not), so a submission loses only the tests its broken code affects. A graded function
+that leaves processes running after it returns (a fork bomb's children) gets the kernel replaced too, before
+the next test: those processes would hold the uid's process, memory and CPU caps and fail a later test of
+another function. Outputs are capped while they arrive.
 """
 from __future__ import annotations
 
@@ -110,6 +113,7 @@ class KernelSession:
         self._done: list[int] = []     # kernel cells that ran without killing or hanging the kernel
         self._client: CappedClient | None = None
         self._channel: Channel | None = None
+        self._settled: set[int] = set()  # the processes there were once the cells had run
 
     # -- kernels --------------------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -168,6 +172,16 @@ class KernelSession:
             if status in ("died", "timeout"):
                 self.gave_up = f"{cell_label(self.nb, index)} failed when it was replayed in a fresh kernel"
                 return
+        self._settle()
+
+    def _processes(self) -> set[int]:
+        """The live processes of the kernel's sandbox (empty where the manager cannot list them)."""
+        km = self._client.km if self._client is not None else None
+        return set(km.processes()) if km is not None and hasattr(km, "processes") else set()
+
+    def _settle(self) -> None:
+        """The processes running now belong to the notebook; any later one was started by a graded call."""
+        self._settled = self._processes()
 
     # -- cells ----------------------------------------------------------------------------------------------
     def _execute(self, cell: NotebookNode, index: int) -> str:
@@ -208,6 +222,7 @@ class KernelSession:
                 self._note_failure(index)
             if status in ("died", "timeout"):
                 self._replace()
+        self._settle()
 
     def _note_failure(self, index: int) -> None:
         errors = [o for o in self.nb.cells[index].outputs if o.get("output_type") == "error"]
@@ -226,6 +241,12 @@ class KernelSession:
         """A live channel for the next test: the kernel is replaced first if the last call broke it."""
         if self._channel is not None and self._channel.broken is None and self._channel.has_stray_data():
             self._channel.broken = KernelDied("the kernel sent answers nobody asked for")
+        if self._channel is not None and self._channel.broken is None:
+            left = self._processes() - self._settled
+            if left:
+                self._channel.broken = KernelDied("a graded call left processes running")
+                self.notes.append(f"a graded function left {len(left)} process(es) running after it returned "
+                                  "(os.fork?); they were stopped and the next test ran in a fresh kernel")
         if self._channel is not None and self._channel.broken is None:
             return self._channel
         if self.gave_up:
