@@ -2,9 +2,9 @@
 
 The kernel manager comes from the caller (the autograder's sandbox, or a plain local kernel for the students'
 check); it names ``rpc_path``, where the grader listens before the kernel starts, and may define
-``after_ready()`` (the sandbox takes the kernel's write access to its socket directory away there) and
+``after_ready()`` (the sandbox takes the kernel's write access to its socket directory away there),
 ``after_shutdown()`` (the sandbox kills every process the kernel's uid left behind) and ``processes()`` (the
-sandbox's: every live process of the kernel's uid).
+sandbox lists every live process of the kernel's uid).
 
 When a cell kills the kernel or runs past its timeout, or a call does not answer, the kernel is replaced: a
 fresh one starts and the cells that ran before are replayed with their outputs discarded (the cell that killed
@@ -239,11 +239,11 @@ class KernelSession:
 
     def ready(self) -> Channel:
         """A live channel for the next test: the kernel is replaced first if the last call broke it."""
-        if self._channel is not None and self._channel.broken is None and self._channel.has_stray_data():
-            self._channel.broken = KernelDied("the kernel sent answers nobody asked for")
         if self._channel is not None and self._channel.broken is None:
             left = self._processes() - self._settled
-            if left:
+            if self._channel.has_stray_data():
+                self._channel.broken = KernelDied("the kernel sent answers nobody asked for")
+            elif left:
                 self._channel.broken = KernelDied("a graded call left processes running")
                 self.notes.append(f"a graded function left {len(left)} process(es) running after it returned "
                                   "(os.fork?); they were stopped and the next test ran in a fresh kernel")
