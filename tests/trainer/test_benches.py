@@ -201,3 +201,19 @@ def test_the_crafting_budgets_differ_only_in_their_step_counts():
     full = without_budget("crafting-full")
     assert without_budget("crafting-quick") == full and without_budget("crafting-long") == full
     assert recipe("crafting-long").sft.steps > recipe("crafting-full").sft.steps  # the budgets do differ
+
+
+def test_trainer_bench_quick_number_search_budget_is_steps_not_seconds(monkeypatch, tmp_path):
+    """Whether a seed reaches the optimum must not depend on how fast the machine is that day: the quick run caps
+    the RL steps and sets no time limit; recipes with fewer steps keep theirs."""
+    from agent_lab.recipes import RECIPES
+
+    bench = _load("bench_trainer")
+    ran = []
+    monkeypatch.setattr(bench, "train", lambda cfg, progress: ran.append(cfg) or _fake_result(cfg))
+    bench.main(["--only", "number-search", "--seeds", "1", "--results", str(tmp_path / "r.json")])
+    names = [n for n, r in RECIPES.items() if r.bench == "number-search" and not r.full_only]
+    want = [RECIPES[n].config(seed=0, cpu_threads=0) for n in names]
+    want = [c.replace(steps=bench.QUICK_STEPS) if c.algorithm.steps > bench.QUICK_STEPS else c for c in want]
+    assert [c.to_dict() for c in ran] == [c.to_dict() for c in want]
+    assert all(c.run.time_limit_s is None for c in ran) and any(c.algorithm.steps == bench.QUICK_STEPS for c in ran)
