@@ -40,7 +40,6 @@ from agent_lab.trainer import train, train_rl, train_sft  # noqa: E402
 QUICK_STEPS = 200  # number search, --quick: RL steps per seed at most
 
 
-
 def number_search(names, seeds: int, time_limit: float | None, threads: int = 0,
                   max_steps: int | None = None) -> list[dict]:
     """Each recipe's seeds until the greedy optimum, within ``max_steps`` RL steps (the recipe's own when None)
