@@ -48,10 +48,11 @@ def number_search(names, seeds: int, time_limit: float | None, threads: int = 0,
     for name in names:
         runs = []
         for seed in range(seeds):
-            capped = max_steps is not None and RECIPES[name].config().algorithm.steps > max_steps
-            budget = {"steps": max_steps} if capped else {}
+            cfg = recipe(name, seed=seed, time_limit_s=time_limit, cpu_threads=threads)
+            if max_steps is not None and cfg.algorithm.steps > max_steps:
+                cfg = cfg.replace(steps=max_steps)
             c0 = time.process_time()
-            r = train(recipe(name, seed=seed, time_limit_s=time_limit, cpu_threads=threads, **budget), progress=False)
+            r = train(cfg, progress=False)
             cpu = time.process_time() - c0  # CPU seconds of this process: less inflated by a busy machine
             hit = r.reached_optimum_at
             got = hit or {}
