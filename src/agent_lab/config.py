@@ -345,18 +345,22 @@ def _apply_flat(sections: dict[str, dict], plugins: dict, flat: dict) -> tuple[d
 
 
 def _apply_plugin_flags(plugins: dict, flat: dict) -> None:
-    """A plug-in's flat keywords: its switch (the first listed) at the default turns it off; others tune it."""
+    """A plug-in's flat keywords: its switch (the first listed) at the default turns it off; others tune it. A
+    keyword given at its default still replaces the plug-in's option (``sft_slip_from=0`` on a recipe that
+    starts its slips later starts them at once); it only turns on nothing."""
     keys: dict[str, list[str]] = {}
     for key, (plugin, _, _) in PLUGIN_OF.items():
         keys.setdefault(plugin, []).append(key)
     for plugin, names in keys.items():
         switch = names[0]
-        changed = {PLUGIN_OF[k][1]: flat[k] for k in names if k in flat and flat[k] != PLUGIN_OF[k][2]}
+        given = {PLUGIN_OF[k][1]: flat[k] for k in names if k in flat}
+        changed = [k for k in names if k in flat and flat[k] != PLUGIN_OF[k][2]]
         if switch in flat and flat[switch] == PLUGIN_OF[switch][2]:
             plugins.pop(plugin, None)  # the switch set to its default: off
-        if not changed:
-            continue
-        if plugin not in plugins and PLUGIN_OF[switch][1] not in changed:
-            first = next(k for k in names if PLUGIN_OF[k][1] in changed)
-            raise ValueError(f"{first}={flat[first]!r} has no effect without {switch}; set {switch} or drop {first}")
-        plugins[plugin] = {**plugins.get(plugin, {}), **changed}
+        if plugin in plugins:
+            plugins[plugin] = {**plugins[plugin], **given}
+        elif changed:
+            if switch not in changed:
+                raise ValueError(f"{changed[0]}={flat[changed[0]]!r} has no effect without {switch}; set {switch} or "
+                                 f"drop {changed[0]}")
+            plugins[plugin] = given

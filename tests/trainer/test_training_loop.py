@@ -137,6 +137,19 @@ def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):
     assert "from SFT step 2 on" in (tmp_path / "late" / "loss.txt").read_text()
 
 
+def test_a_plugin_keyword_at_its_default_still_replaces_the_recipe_option():
+    """``sft_slip_from=0`` on a recipe whose slips start at step 1200 starts them at once; it used to be read as
+    "not given" (it equals the keyword's default) and the recipe's 1200 stayed."""
+    from agent_lab.recipes import recipe
+
+    cfg = recipe("crafting-quick")
+    assert cfg.plugins["recovery_demonstrations"]["from_step"] == 1200
+    assert cfg.replace(sft_slip_from=0).plugins["recovery_demonstrations"] == {"prob": 0.5, "from_step": 0}
+    assert recipe("crafting-quick", sft_slip_from=0).plugins["recovery_demonstrations"]["from_step"] == 0
+    assert "recovery_demonstrations" not in cfg.replace(sft_slip_prob=0.0).plugins  # the switch at 0: off
+    assert TrainConfig(env="crafting", sft_steps=4, sft_slip_from=0).plugins == {}  # a default turns nothing on
+
+
 def test_dagger_demonstrations_start_at_sft_dagger_from_and_resume_exactly(tmp_path, monkeypatch):
     base = {**FAST, "env": "crafting", "max_len": 320, "algo": "sft", "steps": 4, "sft_batch_size": 8,
             "candidate_mask": True, "checkpoint_every": 1}
