@@ -77,14 +77,11 @@ def number_search(names, seeds: int, time_limit: float | None, threads: int = 0,
 
 
 def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None = None, reread: bool = True,
-             **overrides) -> list[dict]:
+             **overrides) -> tuple[list[dict], dict]:
     """The crafting benchmark's rows for recipe ``name``. ``reread``: the environment shows the prompt twice, in
     training and evaluation alike; False is the plain recipe. ``run_dir``: keep the run there, checkpointed every
     100 steps, and resume it if it holds one (the full budget takes hours; an interrupted run continues exactly
     where it stopped). ``overrides`` replace recipe settings (the tests shrink the policy)."""
-    from agent_lab.envs import make_env
-    from agent_lab.evaluation import evaluate
-
     base = recipe(name)
     env_options = {**base.env_options, "reread": reread}  # the evaluation below uses the same options
     cfg = base.replace(seed=seed, env_options=env_options, checkpoint_every=100 if run_dir else 0, **overrides)
@@ -104,19 +101,29 @@ def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None
              "RL": {"peak_gb": rl_memory["peak_gb"], **time_profile(agent.history, "rl")}}
     for piece, c in costs.items():
         print(format_profile(piece, c) + f"; peak resident memory {c['peak_gb']:.2f} GB")
+    rows = evaluation_rows(env_options, {"cold start": cold, "after Dr.GRPO": agent}, eval_size)
+    if not run_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows, costs
+
+
+def evaluation_rows(env_options: dict, policies: dict, eval_size: int) -> list[dict]:
+    """Greedy success of each named result's policy per split and level, decoded without and with the candidate
+    mask, next to the planner's, on ``eval_size`` crafting worlds per level."""
+    from agent_lab.envs import make_env
+    from agent_lab.evaluation import evaluate
+
     rows = []
     for masked in (False, True):
         env = make_env("crafting", **env_options, mask_actions=masked, eval_size=eval_size)  # worlds are cached
-        for policy, result in (("cold start", cold), ("after Dr.GRPO", agent)):
+        for policy, result in policies.items():
             for split in env.splits:
                 rep = evaluate(result.policy, env, split, "greedy", tokenizer=result.tokenizer, candidate_mask=masked)
                 for level, g in sorted(rep.by_group.items()):
                     rows.append({"policy": policy, "mask": masked, "split": split, "group": level, "n": g["n"],
                                  "greedy": g["success"], "planner": g["optimum"],
                                  "share_of_planner": g["success"] / g["optimum"] if g["optimum"] else float("nan")})
-    if not run_dir:
-        shutil.rmtree(work, ignore_errors=True)
-    return rows, costs
+    return rows
 
 
 def crafting_summary(name: str, rows: list[dict], seconds: float, costs: dict | None = None) -> dict:

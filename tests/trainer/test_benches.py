@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -187,20 +188,34 @@ def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, caps
 
 
 def test_the_crafting_budgets_differ_only_in_their_step_counts():
-    """The profile's peak memory per step (bench_crafting_profile: crafting-quick's SFT, crafting-full's RL) holds for
-    every crafting budget, crafting-long included, because nothing else differs between them."""
+    """The peak memory per step that bench_memory measures once for crafting-quick, -full and -long (and the
+    profile's, bench_crafting_profile) holds for every crafting budget, because nothing else differs between them."""
     from agent_lab.recipes import recipe
 
-    def without_budget(name):
-        d = recipe(name).to_dict()
-        for section, key in (("sft", "steps"), ("sft", "lr_decay_steps"), ("algorithm", "steps")):
-            d[section].pop(key)
-        d["plugins"]["recovery_demonstrations"].pop("from_step")
-        return d
-
-    full = without_budget("crafting-full")
-    assert without_budget("crafting-quick") == full and without_budget("crafting-long") == full
+    bench = _load("bench_memory")
+    assert bench.groups() == [["crafting-quick", "crafting-full", "crafting-long"], ["crafting-assignment"]]
+    assert bench.without_budget("crafting-long") == bench.without_budget("crafting-quick")
+    assert bench.without_budget("crafting-long") != bench.without_budget("crafting-assignment")
     assert recipe("crafting-long").sft.steps > recipe("crafting-full").sft.steps  # the budgets do differ
+
+
+@pytest.mark.slow
+def test_memory_bench_measures_each_piece_at_the_recipe_settings(monkeypatch, tmp_path):
+    bench = _load("bench_memory")
+    tiny = {k: v for k, v in TINY.items() if k not in ("sft_steps", "sft_slip_from", "sft_lr_decay_steps", "steps")}
+    made = []
+    real_sft = bench.train_sft
+    monkeypatch.setattr(bench, "train_sft", lambda cfg, **kw: made.append(cfg) or real_sft(cfg, **kw))
+    rows = bench.pieces(["crafting-quick"], 2, 1, 2, **tiny)
+    assert [r["piece"] for r in rows] == ["SFT", "RL, random weights", "evaluation"]
+    assert all(0 < r["peak_gb"] < 100 and r["seconds"] > 0 for r in rows)
+    assert made[0].plugins["recovery_demonstrations"] == {"prob": 0.5, "from_step": 0}  # slips from the first step
+    monkeypatch.setattr(bench, "run_group", lambda names, args: [{"recipes": ", ".join(names), "piece": "SFT",
+                                                                   "steps": 1, "seconds": 1.0, "peak_gb": 2.5}])
+    saved = bench.main(["--results", str(tmp_path / "m.json")])
+    assert [r["within_target"] for r in saved] == [False, False]
+    section = json.loads((tmp_path / "m.json").read_text())["sections"]["crafting"]
+    assert section["rows"] == saved and section["command"] == f"python bench/bench_memory.py --results {tmp_path}/m.json"
 
 
 def test_trainer_bench_quick_number_search_budget_is_steps_not_seconds(monkeypatch, tmp_path):
