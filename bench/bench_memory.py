@@ -1,8 +1,8 @@
 """Peak resident memory of every crafting recipe, at the longest transcripts it can make, in minutes.
 
 What a training step holds is set by the recipe's shapes (policy, batch, micro-batch, context) and by the
-lengths of its transcripts, not by how many steps came before it: the trainer hands the allocator's freed memory
-back after each collect (``agent_lab.trainer``). So rather than the hours a whole ``crafting-long`` run takes, each
+lengths of its transcripts, not by how many steps came before it: a run has the C allocator unmap large tensors
+as they are freed and trims the rest of its heap after each collect and step (``agent_lab.device``). So rather than the hours a whole ``crafting-long`` run takes, each
 recipe's pieces run briefly, at its own settings, with transcripts as long as the recipe makes them:
 
 * ``SFT``: ``--sft-steps`` supervised steps with recovery demonstrations from the first step (a recovery

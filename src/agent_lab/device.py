@@ -8,6 +8,7 @@ import sys
 import torch
 
 DEVICE_CHOICES = ("auto", "cuda", "mps", "cpu")
+MAP_THRESHOLD = 1 << 20  # bytes: blocks this large or larger are mapped on their own (map_large_blocks)
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -36,6 +37,29 @@ def release_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+#: glibc's ``mallopt`` parameter for the size from which a block gets a mapping of its own.
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_blocks(threshold: int = MAP_THRESHOLD) -> bool:
+    """Have the C allocator give every block of ``threshold`` bytes or more a mapping of its own, unmapped (so
+    returned to the operating system) the moment its tensor is freed. True if set.
+
+    glibc starts with such a threshold but raises it to the size of each mapped block freed, up to 32 MiB, so a
+    training run soon takes its large tensors from the heap. There, blocks of shapes that change every turn and
+    every batch leave free holes between live blocks that ``malloc_trim`` cannot hand back: a crafting run's
+    resident memory then grows step after step although no tensor outlives its step. A threshold set here is
+    fixed (glibc stops adjusting it). Left alone where ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose), and
+    off glibc, where it returns False."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None or sys.platform != "linux":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
 
 
 def resident_bytes() -> int | None:

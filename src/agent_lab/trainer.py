@@ -39,7 +39,7 @@ from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.branching import continuation_returns
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
-from agent_lab.device import HeapTrimmer, pick_device, release_freed_memory
+from agent_lab.device import HeapTrimmer, map_large_blocks, pick_device, release_freed_memory
 from agent_lab.diagnostics import MetricsWriter, Progress, plot_curves
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.statistics import degenerate_group_fraction
@@ -230,6 +230,7 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, hooks=(None,
               progress: bool = False) -> Run:
     """Build the run: environment, tokenizer, policy (seeded), optimizer; then restore a checkpoint
     (``resume``) or continue ``init``; write config.json and loss.txt and open the metrics."""
+    map_large_blocks()  # large tensors straight back to the OS when freed, so held memory cannot creep up
     device = pick_device(cfg.run.device)
     info = D.setup(device.type)
     if device.type == "cuda" and info.enabled:

@@ -144,3 +144,35 @@ def test_released_memory_leaves_the_process():
     after = device.resident_bytes()
     assert held - after > 20e6, (held, after)
     assert keep[:1] == b"y"
+
+
+_LARGE_BLOCK = """
+import sys
+from agent_lab import device
+if sys.argv[1] == "train":  # a run fixes the allocator's threshold for large blocks (map_large_blocks)
+    from agent_lab.trainer import train
+    train(env="number-search", steps=1, batch_size=8, group_size=4, eval_every=0, progress=False)
+big = b"x" * (16 << 20)
+del big  # a mapped block freed: glibc's own threshold would now rise past 16 MiB
+block = b"x" * (8 << 20)
+held = device.resident_bytes()
+del block
+print(held - device.resident_bytes())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_after_a_run_starts_a_freed_large_block_leaves_the_process_at_once():
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+
+    def released(mode):
+        out = subprocess.run([sys.executable, "-c", _LARGE_BLOCK, mode], env=env, capture_output=True, text=True,
+                             check=True)
+        return int(out.stdout.split()[-1])
+
+    # Left to itself, glibc serves the 8 MiB block from the heap after the 16 MiB one was freed, and keeps it.
+    assert released("plain") < 2e6
+    assert released("train") > 6e6  # the run's fixed threshold: mapped on its own, unmapped when freed
