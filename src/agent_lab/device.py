@@ -49,8 +49,8 @@ def map_large_blocks(threshold: int = MAP_THRESHOLD) -> bool:
 
     glibc starts with such a threshold but raises it to the size of each mapped block freed, up to 32 MiB, so a
     training run soon takes its large tensors from the heap. There, blocks of shapes that change every turn and
-    every batch leave free holes between live blocks that ``malloc_trim`` cannot hand back: a crafting run's
-    resident memory then grows step after step although no tensor outlives its step. A threshold set here is
+    every batch are not all handed back, even by ``malloc_trim`` after each step: a crafting run's resident
+    memory then grows step after step although no tensor outlives its step. A threshold set here is
     fixed (glibc stops adjusting it). Left alone where ``MALLOC_MMAP_THRESHOLD_`` is set (the user chose), and
     off glibc, where it returns False."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") is not None or sys.platform != "linux":
