@@ -2,8 +2,9 @@
 
 What a training step holds is set by the recipe's shapes (policy, batch, micro-batch, context) and by the
 lengths of its transcripts, not by how many steps came before it: a run has the C allocator unmap large tensors
-as they are freed and trims the rest of its heap after each collect and step (``agent_lab.device``). So rather than the hours a whole ``crafting-long`` run takes, each
-recipe's pieces run briefly, at its own settings, with transcripts as long as the recipe makes them:
+as they are freed, and trims the rest of its heap after each collect and step (``agent_lab.device``). So rather
+than the hours a whole ``crafting-long`` run takes, each recipe's pieces run briefly, at its own settings, with
+transcripts as long as the recipe makes them:
 
 * ``SFT``: ``--sft-steps`` supervised steps with recovery demonstrations from the first step (a recovery
   demonstration holds its slip as well as the plan, so these are the longest demonstrations the recipe imitates);
@@ -55,7 +56,7 @@ def without_budget(name: str) -> dict:
 
 
 def groups() -> list[list[str]]:
-    """The crafting recipes, those whose settings differ only in their step budgets together."""
+    """The crafting recipes in groups: recipes whose settings differ only in their step budgets share one."""
     out: list[list[str]] = []
     for name in RECIPES:
         if recipe(name).env != "crafting":

@@ -215,7 +215,8 @@ def test_memory_bench_measures_each_piece_at_the_recipe_settings(monkeypatch, tm
     saved = bench.main(["--results", str(tmp_path / "m.json")])
     assert [r["within_target"] for r in saved] == [False, False]
     section = json.loads((tmp_path / "m.json").read_text())["sections"]["crafting"]
-    assert section["rows"] == saved and section["command"] == f"python bench/bench_memory.py --results {tmp_path}/m.json"
+    assert section["rows"] == saved
+    assert section["command"] == f"python bench/bench_memory.py --results {tmp_path}/m.json"
 
 
 def test_trainer_bench_quick_number_search_budget_is_steps_not_seconds(monkeypatch, tmp_path):
