@@ -233,3 +233,34 @@ def test_trainer_bench_quick_number_search_budget_is_steps_not_seconds(monkeypat
     want = [c.replace(steps=bench.QUICK_STEPS) if c.algorithm.steps > bench.QUICK_STEPS else c for c in want]
     assert [c.to_dict() for c in ran] == [c.to_dict() for c in want]
     assert all(c.run.time_limit_s is None for c in ran) and any(c.algorithm.steps == bench.QUICK_STEPS for c in ran)
+
+
+def test_sft_batch_bench_curve_means_the_losses_of_each_window():
+    bench = _load("bench_sft_batch")
+    history = [{"step": k, "elapsed_s": s, "loss": loss}
+               for k, (s, loss) in enumerate([(1.0, 4.0), (2.0, 2.0), (5.0, 1.0), (11.0, 0.5), (12.0, 0.25)])]
+    assert bench.loss_curve(history, window_s=4.0) == [
+        {"seconds": 4.0, "steps": 2, "loss": 3.0},  # steps 0-1 ended in the first window
+        {"seconds": 8.0, "steps": 3, "loss": 1.0},  # the second window: step 2 only; the third had no step end
+        {"seconds": 12.0, "steps": 5, "loss": 0.375}]
+
+
+def test_sft_batch_bench_arms_differ_only_in_their_batch(monkeypatch, tmp_path):
+    bench = _load("bench_sft_batch")
+    made = []
+    real_sft = bench.train_sft
+    monkeypatch.setattr(bench, "train_sft", lambda cfg, **kw: made.append(cfg) or real_sft(cfg, **kw))
+    tiny = dict(d_model=16, n_layers=1, n_heads=2)
+    rows = [bench.arm(b, 1.0, 0, 3, str(tmp_path / str(b)), **tiny) for b in (4, 2)]
+    assert [r["demonstrations"] for r in rows] == [4 * rows[0]["steps"], 2 * rows[1]["steps"]]
+    assert all(r["seconds"] >= 1.0 and r["curve"][-1]["steps"] == r["steps"] for r in rows)
+    assert [c.sft.batch_size for c in made] == [4, 2]
+    a, b = (c.to_dict() for c in made)
+    a["sft"].pop("batch_size"), b["sft"].pop("batch_size")
+    assert a == b and made[0].run.time_limit_s == 1.0 and made[0].run.cpu_threads == 1
+    assert made[0].plugins["recovery_demonstrations"]["from_step"] == bench.ENOUGH_STEPS - 1  # no slips
+    assert made[0].sft.lr_decay_steps == 0 and made[0].sft.lr == bench.recipe(bench.RECIPE).sft.lr
+    monkeypatch.setattr(bench, "run_arms", lambda args: rows)
+    bench.main(["--results", str(tmp_path / "s.json")])
+    section = json.loads((tmp_path / "s.json").read_text())["sections"]["crafting"]
+    assert section["rows"] == rows and section["command"].startswith("python bench/bench_sft_batch.py")
