@@ -1,15 +1,15 @@
 """Crafting's supervised cold start at several batch sizes, for the same seconds: which learns most per second.
 
 The crafting target asks for a policy trained in 900 s on 2 cores, and the recipe's imitation loss is still high
-after that long. A step of the recipe (32 demonstrations) costs about four times a step of 8, so if the loss falls
-per *update* more than per demonstration, smaller batches win per second. Each arm here is the crafting recipe's
-SFT with only ``sft_batch_size`` changed, no recovery demonstrations and a constant learning rate (the recipe adds
-both near its end), stopped by the time limit ``--seconds``. The arms run at once, one thread each, so the machine's
-noise falls on all of them alike; an arm's seconds are those of one core shared with the others, not of the recipe
-with the machine to itself. Each arm ends with the trainer's own final evaluation: greedy success with the
-candidate mask on ``--eval-size`` test-split worlds, levels in turn, beside the planner's.
+after that long. A step's cost grows with its batch, so if the loss falls per *update* more than per demonstration,
+smaller batches win per second. Each arm here is the crafting recipe's SFT with only ``sft_batch_size`` changed, no
+recovery demonstrations and a constant learning rate (the recipe adds both near its end), stopped by the time limit
+``--seconds``. The arms run at once, one thread each, so the machine's noise falls on all of them alike; an arm's
+seconds are those of one core shared with the others, not of the recipe with the machine to itself. Each arm ends
+with the trainer's own final evaluation: greedy success with the candidate mask on ``--eval-size`` test-split
+worlds, levels in turn, beside the planner's.
 
-Usage: ``python bench/bench_sft_batch.py [--seconds 900] [--batches 32,8] [--seed 0] [--eval-size 150]``
+Usage: ``python bench/bench_sft_batch.py [--seconds 900] [--batches 32,8,4] [--seed 0] [--eval-size 150]``
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ def arm(batch: int, seconds: float, seed: int, eval_size: int, run_dir: str, **o
                        env_options={**base.env_options, "eval_size": eval_size})
     result = train_sft(cfg, run_dir=run_dir, progress=False)
     steps = len(result.history)
+    # the run stops after the step during which its seconds ran out: leave out the window of that one step
+    curve = [c for c in loss_curve(result.history, min(WINDOW_S, seconds)) if c["seconds"] <= seconds]
     levels = {str(level): g for level, g in sorted(result.final_eval.by_group.items())}
     return {"batch": batch, "seed": seed, "lr": cfg.sft.lr, "steps": steps, "demonstrations": steps * batch,
-            "seconds": result.history[-1]["elapsed_s"], "last_loss": loss_curve(result.history)[-1]["loss"],
-            "curve": loss_curve(result.history),
+            "seconds": result.history[-1]["elapsed_s"], "last_loss": curve[-1]["loss"], "curve": curve,
             "greedy_by_level": " / ".join(f"{g['success']:.2f}" for g in levels.values()),
             "planner_by_level": " / ".join(f"{g['optimum']:.2f}" for g in levels.values()),
             "levels": levels}
@@ -87,7 +88,7 @@ def main(argv=None) -> list[dict]:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=900.0, help="training seconds per arm")
-    p.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[32, 8],
+    p.add_argument("--batches", type=lambda s: [int(b) for b in s.split(",")], default=[32, 8, 4],
                    help="SFT batch sizes, comma-separated; the first is the recipe's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-size", type=int, default=150, help="test-split worlds in the final evaluation")
@@ -103,7 +104,7 @@ def main(argv=None) -> list[dict]:
     rows = run_arms(args)
     print(summary_table(rows, ["batch", "steps", "demonstrations", "seconds", "last_loss", "greedy_by_level",
                                "planner_by_level"]))
-    save_section(args.results, "crafting", rows, " ".join(["python bench/bench_sft_batch.py", *argv]))
+    save_section(args.results, f"seed {args.seed}", rows, " ".join(["python bench/bench_sft_batch.py", *argv]))
     return rows
 
 

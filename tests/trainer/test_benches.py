@@ -253,7 +253,8 @@ def test_sft_batch_bench_arms_differ_only_in_their_batch(monkeypatch, tmp_path):
     tiny = dict(d_model=16, n_layers=1, n_heads=2)
     rows = [bench.arm(b, 1.0, 0, 3, str(tmp_path / str(b)), **tiny) for b in (4, 2)]
     assert [r["demonstrations"] for r in rows] == [4 * rows[0]["steps"], 2 * rows[1]["steps"]]
-    assert all(r["seconds"] >= 1.0 and r["curve"][-1]["steps"] == r["steps"] for r in rows)
+    assert all(r["seconds"] >= 1.0 and r["curve"][-1] == {"seconds": 1.0, "steps": r["steps"] - 1,
+                                                          "loss": r["last_loss"]} for r in rows)
     assert [c.sft.batch_size for c in made] == [4, 2]
     a, b = (c.to_dict() for c in made)
     a["sft"].pop("batch_size"), b["sft"].pop("batch_size")
@@ -262,5 +263,5 @@ def test_sft_batch_bench_arms_differ_only_in_their_batch(monkeypatch, tmp_path):
     assert made[0].sft.lr_decay_steps == 0 and made[0].sft.lr == bench.recipe(bench.RECIPE).sft.lr
     monkeypatch.setattr(bench, "run_arms", lambda args: rows)
     bench.main(["--results", str(tmp_path / "s.json")])
-    section = json.loads((tmp_path / "s.json").read_text())["sections"]["crafting"]
+    section = json.loads((tmp_path / "s.json").read_text())["sections"]["seed 0"]
     assert section["rows"] == rows and section["command"].startswith("python bench/bench_sft_batch.py")
