@@ -8,6 +8,8 @@ import threading
 
 import pytest
 import torch
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agent_lab.grading import wire
 
@@ -129,3 +131,52 @@ def test_frames_cross_a_socket_in_pieces():
     sender.join()
     assert torch.equal(out["x"], big)
     a.close(), b.close()
+
+
+@st.composite
+def layouts(draw) -> torch.Tensor:
+    """A view of any layout over a fresh storage: strided, stride 0 (expanded), offset, one-element, 0-dim."""
+    dtype = draw(st.sampled_from(list(wire.DTYPES.values())))
+    ndim = draw(st.integers(0, 4))
+    shape = draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim))
+    strides = draw(st.lists(st.integers(0, 6), min_size=ndim, max_size=ndim))
+    offset = draw(st.integers(0, 5))
+    span = offset + 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)
+    storage = (torch.arange(span) * 37 % 251 - 120).to(dtype)   # distinct, exact in every dtype
+    return storage.as_strided(shape, strides, offset)
+
+
+def _assert_fresh_copy(out: torch.Tensor, t: torch.Tensor) -> None:
+    assert out.dtype == t.dtype and out.shape == t.shape and out.is_contiguous()
+    assert torch.equal(out, t)
+
+
+@given(layouts())
+@settings(max_examples=300, deadline=None)
+@example(torch.stack([torch.tensor([1.5]), torch.tensor([1.5])], -1)[..., 0])  # one element, stride 2
+@example(torch.tensor([True]).expand(3, 1).t()[:, 1:2])
+def test_every_layout_crosses_as_the_values_it_shows(t):
+    out, _, _ = roundtrip(t)
+    _assert_fresh_copy(out, t)
+    out, _, _ = roundtrip({"changed": [t, t.unsqueeze(0)]})
+    _assert_fresh_copy(out["changed"][1], t.unsqueeze(0))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.ones(1, dtype=torch.float64).expand(5, 3),              # expanded: stride 0
+    lambda: torch.arange(10, dtype=torch.int64)[3:9:2],                    # offset and step
+    lambda: torch.arange(12.0).reshape(3, 4)[1, 2],                        # 0-dim with an offset
+    lambda: torch.arange(24, dtype=torch.uint8).reshape(2, 3, 4).permute(2, 0, 1)[1:, :, ::2],
+    lambda: torch.tensor([0.25], requires_grad=True).expand(1, 1) * 2,      # one element, grad
+])
+def test_views_the_assignments_return_cross_exactly(make):
+    t = make()
+    out, _, _ = roundtrip(t)
+    _assert_fresh_copy(out, t.detach())
+    assert out.requires_grad == t.requires_grad
+
+
+def test_a_tensor_too_large_for_one_frame_is_refused_before_it_is_copied():
+    huge = torch.zeros(1, dtype=torch.float64).expand(1 << 40)   # 8 TiB if it were copied
+    with pytest.raises(wire.WireError, match="at most"):
+        wire.encode(huge)

@@ -92,11 +92,24 @@ class _Encoder:
         if mark_grads and t.dim() == 0 and t.requires_grad and t.is_floating_point():
             out["g"] = len(self.grad_slots)
             self.grad_slots.append(t)
-        data = t.detach().cpu().contiguous()
-        if data.dtype is torch.bool:
-            data = data.to(torch.uint8)
-        self.buffers.append(data.reshape(-1).view(torch.uint8).numpy().tobytes())
+        self.buffers.append(_tensor_bytes(t))
         return out
+
+
+def _tensor_bytes(t: torch.Tensor) -> bytes:
+    """The elements of ``t`` in row-major order, whatever its layout (strides, offset, stride 0, 0-dim).
+
+    The size is checked first, so an expanded view of a huge shape is refused before it is materialised. The
+    copy goes into a fresh one-dimensional tensor: ``.contiguous()`` alone may keep a one-element tensor's
+    stride, and viewing that as bytes fails.
+    """
+    dtype = torch.uint8 if t.dtype is torch.bool else t.dtype
+    size = t.numel() * t.element_size()
+    if size > MAX_FRAME:
+        raise WireError(f"a tensor of {size} bytes does not fit in one message (at most {MAX_FRAME})")
+    flat = torch.empty(t.numel(), dtype=dtype)
+    flat.view(t.shape).copy_(t.detach())
+    return flat.view(torch.uint8).numpy().tobytes()
 
 
 def encode(value: Any, mark_grads: bool = False) -> tuple[bytes, list[torch.Tensor]]:
@@ -201,7 +214,7 @@ def _hashable(key: Any) -> Any:
     raise WireError("dict keys must be None, bool, int, float or str")
 
 
-def decode(body: bytes) -> tuple[Any, dict[int, torch.Tensor]]:
+def decode(body: bytes | bytearray) -> tuple[Any, dict[int, torch.Tensor]]:
     """The value in a frame body and its gradient slots (slot -> 0-dim tensor); :class:`WireError` if bad."""
     view = memoryview(body)
     if len(view) < 4:
@@ -257,13 +270,14 @@ def _remaining(deadline: float | None) -> float | None:
     return left
 
 
-def _read(sock: socket.socket, n: int, deadline: float | None) -> bytes:
-    chunks, got = [], 0
+def _read(sock: socket.socket, n: int, deadline: float | None) -> bytearray:
+    """Exactly ``n`` bytes, received into one buffer (a frame is never held twice while it arrives)."""
+    out = bytearray(n)
+    view, got = memoryview(out), 0
     while got < n:
         sock.settimeout(_remaining(deadline))
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
+        if not k:
             raise EOFError("the other end closed the connection")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += k
+    return out
