@@ -129,15 +129,34 @@ def serve(sock: socket.socket, namespace: Callable[[], dict] = user_namespace) -
 
 
 def _send_answer(sock: socket.socket, answer: dict, leaves: list[torch.Tensor]) -> None:
-    """The answer frame, then (for a success) a second frame with the gradients of its marked outputs."""
+    """The answer frame, then (for a success) a second frame with the gradients of its marked outputs.
+
+    Encoding runs student code (tensor subclasses, ``__int__``) and torch on the student's values, so it may
+    raise anything: each frame is encoded in full before any byte is sent, and a value that cannot be encoded
+    is answered with an error for this call (or gradients the grader reports as missing), never a dead server.
+    """
     try:
-        slots = wire.send(sock, answer, mark_grads=answer["ok"])
-    except wire.WireError as exc:
-        wire.send(sock, {"id": answer["id"], "ok": False, "type": "WireError", "builtin": False,
-                         "message": str(exc)})
+        body, slots = wire.encode(answer, mark_grads=answer["ok"])
+    except BaseException as exc:  # noqa: BLE001 - whatever the student's value raised while being read
+        body, slots = wire.encode({"id": answer["id"], "ok": False, "type": "WireError", "builtin": False,
+                                   "message": "your function returned a value the grader cannot read: "
+                                              + _reason(exc)})[0], None
+    wire.send_frame(sock, body)
+    if slots is None or not answer["ok"]:
         return
-    if answer["ok"]:
-        wire.send(sock, {"grads": _gradients(slots, leaves)})
+    try:
+        body, _ = wire.encode({"grads": _gradients(slots, leaves)})
+    except BaseException:  # noqa: BLE001 - as above; the grader then names the call's missing gradients
+        body, _ = wire.encode({"grads": None})
+    wire.send_frame(sock, body)
+
+
+def _reason(exc: BaseException) -> str:
+    try:
+        text = str(exc)[:MESSAGE_CHARS // 4]
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises
+        text = ""
+    return f"{type(exc).__name__[:80]}: {text}".rstrip(": ")
 
 
 def start(path: str) -> threading.Thread | None:

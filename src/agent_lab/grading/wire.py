@@ -248,9 +248,14 @@ def send(sock: socket.socket, value: Any, deadline: float | None = None, mark_gr
          ) -> list[torch.Tensor]:
     """Send one frame; return the gradient-slot tensors of ``value`` (see :func:`encode`)."""
     body, slots = encode(value, mark_grads)
+    send_frame(sock, body, deadline)
+    return slots
+
+
+def send_frame(sock: socket.socket, body: bytes, deadline: float | None = None) -> None:
+    """Send a body that :func:`encode` made (encoding first lets a sender answer otherwise when it fails)."""
     sock.settimeout(_remaining(deadline))
     sock.sendall(len(body).to_bytes(8, "big") + body)
-    return slots
 
 
 def recv(sock: socket.socket, deadline: float | None = None) -> tuple[Any, dict[int, torch.Tensor]]:
