@@ -48,16 +48,8 @@ def exits(*a):
 
 
 @pytest.fixture()
-def channel():
-    ns: dict = {}
-    exec(STUDENT, ns)
-    a, b = socket.socketpair()
-    thread = threading.Thread(target=server.serve, args=(b, lambda: ns), daemon=True)
-    thread.start()
-    ch = remote.Channel(a)
-    ch.deadline, ch.budget = time.monotonic() + 20, 20
-    yield ch
-    a.close()
+def channel(serve_student):
+    return serve_student(STUDENT)
 
 
 def fn(ch, name):

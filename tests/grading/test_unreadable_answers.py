@@ -5,10 +5,6 @@ encoder, and nothing the encoder raises may end the call server (the grader woul
 """
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 import torch
 
@@ -39,16 +35,8 @@ def loss(x):
 
 
 @pytest.fixture()
-def channel():
-    ns: dict = {}
-    exec(STUDENT, ns)
-    a, b = socket.socketpair()
-    thread = threading.Thread(target=server.serve, args=(b, lambda: ns), daemon=True)
-    thread.start()
-    ch = remote.Channel(a)
-    ch.deadline, ch.budget = time.monotonic() + 20, 20
-    yield ch
-    a.close()
+def channel(serve_student):
+    return serve_student(STUDENT)
 
 
 @pytest.mark.parametrize("name", ["meta", "loud", "odd"])
