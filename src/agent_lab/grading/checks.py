@@ -16,11 +16,15 @@ import builtins
 import os
 import random
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
 from agent_lab.grading.wire import Opaque
+
+
+#: Elements a check turns into Python numbers at most: far above any tensor a test compares value by value.
+MAX_VALUES = 1 << 20
 
 
 class GraderMessage(Exception):
@@ -62,12 +66,31 @@ def flat(nested: Any) -> list:
     return [nested]
 
 
-def show(nested: Any, limit: int = 240) -> str:
-    """Short text of a (nested) list of floats, cut after ``limit`` characters."""
+def _pieces(nested: Any) -> Iterator[str]:
+    """The text of a (nested) list, piece by piece, so that a caller can stop early."""
     if isinstance(nested, list):
-        text = "[" + ", ".join(show(item, limit) for item in nested) + "]"
+        yield "["
+        for i, item in enumerate(nested):
+            if i:
+                yield ", "
+            yield from _pieces(item)
+        yield "]"
     else:
-        text = repr(round(nested, 6)) if type(nested) is float else repr(nested)
+        yield repr(round(nested, 6)) if type(nested) is float else repr(nested)
+
+
+def show(nested: Any, limit: int = 240) -> str:
+    """Short text of a (nested) list of floats, cut after ``limit`` characters.
+
+    Only the pieces up to the cut are formatted: the list may hold as many values as a student returned.
+    """
+    pieces, size = [], 0
+    for piece in _pieces(nested):
+        pieces.append(piece)
+        size += len(piece)
+        if size > limit:
+            break
+    text = "".join(pieces)
     return text if len(text) <= limit else text[:limit] + " ...]"
 
 
@@ -134,16 +157,29 @@ class Checks:
             raise AssertionError(f"{name} raised {shown}")
         raise AssertionError(f"{name} raised {kind}: {message}".rstrip(": "))
 
-    def values(self, x: Any, what: str) -> tuple[tuple[int, ...], torch.dtype, list]:
-        """(shape, dtype, nested list of Python floats) of a tensor, else a failure naming what came back."""
+    def shape_and_dtype(self, x: Any, what: str) -> tuple[tuple[int, ...], torch.dtype]:
+        """(shape, dtype) of a tensor, else a failure naming what came back; nothing is converted."""
         if type(x) is not torch.Tensor:
             kind = x.type_name if isinstance(x, Opaque) else type(x).__name__  # Opaque: not sendable
             got = "another kind of object" if self.hidden else f"an object of type {kind}"
             raise AssertionError(f"{what} must return a torch.Tensor, got {got}")
-        return tuple(int(n) for n in x.shape), x.dtype, x.detach().tolist()
+        return tuple(int(n) for n in x.shape), x.dtype
+
+    def values(self, x: Any, what: str) -> tuple[tuple[int, ...], torch.dtype, list]:
+        """(shape, dtype, nested list of Python floats) of a tensor, else a failure naming what came back.
+
+        A tensor of more than :data:`MAX_VALUES` elements is a failure before any conversion: the grader's
+        process would otherwise hold as many Python numbers as the student's function chose to return.
+        """
+        shape, dtype = self.shape_and_dtype(x, what)
+        if x.numel() > MAX_VALUES:
+            got = "" if self.hidden else f" (shape {shape}, {x.numel()} values)"
+            raise AssertionError(f"{what} returned far more values than the test expects{got}: check the shape "
+                                 "of what it returns")
+        return shape, dtype, x.detach().tolist()
 
     def check_tensor(self, x: Any, what: str, shape: tuple, dtype: torch.dtype) -> None:
-        got_shape, got_dtype, _ = self.values(x, what)
+        got_shape, got_dtype = self.shape_and_dtype(x, what)
         if got_shape != tuple(shape):
             got = "" if self.hidden else f", got {got_shape}"
             raise AssertionError(f"{what} should have shape {tuple(shape)}{got}")
@@ -176,7 +212,7 @@ class Checks:
         raise AssertionError(f"{what}: expected {show(want)}, got {show(got)}{first}. {hint}".strip())
 
     def check_scalar_loss(self, loss: Any, what: str, dtype: torch.dtype) -> None:
-        got_shape, got_dtype, _ = self.values(loss, what)
+        got_shape, got_dtype = self.shape_and_dtype(loss, what)
         if got_shape != ():
             got = "" if self.hidden else f", got shape {got_shape}"
             raise AssertionError(f"{what} should return a scalar (0-dimensional) tensor{got}")
