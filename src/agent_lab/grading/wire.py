@@ -58,7 +58,7 @@ class Opaque:
 # ----------------------------------------------------------------------------------------------- encoding
 class _Encoder:
     def __init__(self) -> None:
-        self.buffers: list[bytes] = []
+        self.buffers: list[memoryview] = []
         self.grad_slots: list[torch.Tensor] = []   # 0-dim outputs with a gradient, in slot order
 
     def value(self, x: Any, depth: int = 0, mark_grads: bool = False) -> Any:
@@ -96,7 +96,7 @@ class _Encoder:
         return out
 
 
-def _tensor_bytes(t: torch.Tensor) -> bytes:
+def _tensor_bytes(t: torch.Tensor) -> memoryview:
     """The elements of ``t`` in row-major order, whatever its layout (strides, offset, stride 0, 0-dim).
 
     The size is checked first, so an expanded view of a huge shape is refused before it is materialised. The
@@ -109,7 +109,7 @@ def _tensor_bytes(t: torch.Tensor) -> bytes:
         raise WireError(f"a tensor of {size} bytes does not fit in one message (at most {MAX_FRAME})")
     flat = torch.empty(t.numel(), dtype=dtype)
     flat.view(t.shape).copy_(t.detach())
-    return flat.view(torch.uint8).numpy().tobytes()
+    return memoryview(flat.view(torch.uint8).numpy())   # no second copy: encode() joins the frame once
 
 
 def encode(value: Any, mark_grads: bool = False) -> tuple[bytes, list[torch.Tensor]]:
@@ -255,7 +255,9 @@ def send(sock: socket.socket, value: Any, deadline: float | None = None, mark_gr
 def send_frame(sock: socket.socket, body: bytes, deadline: float | None = None) -> None:
     """Send a body that :func:`encode` made (encoding first lets a sender answer otherwise when it fails)."""
     sock.settimeout(_remaining(deadline))
-    sock.sendall(len(body).to_bytes(8, "big") + body)
+    sock.sendall(len(body).to_bytes(8, "big"))
+    sock.settimeout(_remaining(deadline))
+    sock.sendall(body)
 
 
 def recv(sock: socket.socket, deadline: float | None = None) -> tuple[Any, dict[int, torch.Tensor]]:
