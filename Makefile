@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 
 SUBMISSIONS ?= autograder/samples
 
-.PHONY: all install sysdeps tour book assignments grade grade-samples test coverage mutation bench clean
+.PHONY: all install sysdeps tour book assignments grade grade-samples test coverage mutation bench crafting-curve clean
 
 all: install tour book assignments grade-samples
 
@@ -61,6 +61,11 @@ mutation: install
 
 bench: install
 	@for f in bench/bench_*.py bench/gpu_bench.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+# A crafting recipe's learning curve, resumable: run it again to continue (bench/crafting_curve.py --help), e.g.
+#   nohup make crafting-curve ARGS="--recipe crafting-full --seed 0" > curve.log 2>&1 &
+crafting-curve: install
+	$(PY) bench/crafting_curve.py $(ARGS)
 
 clean:
 	rm -rf book/_build assignments/release autograder/_work .pytest_cache mutants

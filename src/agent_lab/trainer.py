@@ -111,6 +111,9 @@ class Run:
     trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step and rollout: freed memory to the OS
     description: str = ""
     writer: MetricsWriter | None = None
+    # plain data that a program driving the loop keeps with the run (bench/crafting_curve.py's curve so far):
+    # saved in every checkpoint and restored with it, so the driver resumes exactly where the run does
+    driver_state: dict = field(default_factory=dict)
 
     def amp(self):
         """bf16 autocast on CUDA when the run asks for it, a no-op elsewhere."""
@@ -290,6 +293,7 @@ def restore(run: Run, path: Path) -> None:
         run.algo.load_state_dict(saved["algorithm"])  # a critic; an SFT checkpoint or another algorithm has none
     run.step, run.elapsed0, run.episodes = saved["step"], saved["elapsed_s"], saved["episodes"]
     run.history, run.reached = list(saved["history"]), saved.get("reached_optimum_at")
+    run.driver_state = dict(saved.get("driver_state") or {})
     if saved.get("ref_model") is not None:
         run.ref_model = TinyTransformer(run.model.cfg).to(run.device)
         run.ref_model.load_state_dict(saved["ref_model"])
@@ -316,7 +320,7 @@ def save(run: Run) -> None:
                         episodes=run.episodes, history=run.history, config=run.cfg.to_dict(),
                         reached_optimum_at=run.reached, loss_description=run.description,
                         ref_model=run.ref_model.state_dict() if run.ref_model is not None else None,
-                        algorithm=run.algo.state_dict())
+                        algorithm=run.algo.state_dict(), driver_state=run.driver_state)
 
 
 def finish_run(run: Run) -> TrainResult:

@@ -1,0 +1,160 @@
+"""bench/crafting_curve.py: a cut-off curve resumes to the uninterrupted one exactly; target; stops."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import agent_lab.streams
+import agent_lab.trainer as trainer_mod
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, group_size=4, sft_steps=4,
+            sft_slip_from=2, sft_lr_decay_steps=2, steps=3)
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("crafting_curve", BENCH / "crafting_curve.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclass looks its module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+C = _load()
+
+
+class Crash(Exception):
+    """Raised in place of the process being killed."""
+
+
+def options(folder: Path, **kw):
+    settings = {"recipe": "crafting-quick", "seed": 0, "run_dir": folder, "threads": 1, "every_sft": 2,
+                "every_rl": 2, "sample": 2, "confirm": 3, "overrides": TINY}
+    return C.CurveOptions(**{**settings, **kw})
+
+
+def cut_off(monkeypatch, folder: Path, step: int) -> None:
+    """Run the curve in ``folder`` until the process dies as training step ``step`` begins."""
+    real_sft, real_rl = trainer_mod.sft_step, trainer_mod.rl_step
+
+    def die_at(real):
+        def step_fn(run, s, *rest):
+            if s == step:
+                raise Crash
+            return real(run, s, *rest)
+        return step_fn
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer_mod, "sft_step", die_at(real_sft))
+        m.setattr(trainer_mod, "rl_step", die_at(real_rl))
+        with pytest.raises(Crash):
+            C.run_curve(options(folder))
+
+
+def curve(path: Path) -> list[dict]:
+    """The curve's lines without the fields that measure time."""
+    def strip(x):
+        return {k: strip(v) for k, v in x.items() if k not in C.WALL_CLOCK} if isinstance(x, dict) else x
+    return [strip(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def weights(folder: Path) -> dict:
+    return torch.load(folder / "checkpoint.pt", weights_only=True)["model"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("whole")
+    torch.set_num_threads(1)
+    return C.run_curve(options(folder)), folder
+
+
+@pytest.mark.parametrize("cut", [3, 5])  # inside SFT, and inside RL (after SFT's last checkpoint)
+def test_a_cut_off_curve_resumes_to_the_uninterrupted_one_bit_for_bit(uninterrupted, tmp_path, monkeypatch,
+                                                                        cut):
+    whole_path, whole = uninterrupted
+    cut_off(monkeypatch, tmp_path, cut)
+    kept = curve(tmp_path / "curve.jsonl")
+    assert [x["step"] for x in kept[1:]] == [s for s in (2, 4) if s < cut], "a line per evaluation before it"
+    resumed = C.run_curve(options(tmp_path))
+    lines = curve(resumed)
+    assert lines == curve(whole_path)
+    expected = [("sample", 2, "sft"), ("sample", 4, "sft"), ("sample", 6, "rl"), ("sample", 7, "rl"),
+                ("confirm", 7, "rl")]
+    assert [(x["kind"], x["step"], x["phase"]) for x in lines[1:]] == expected
+    assert lines[-1]["demonstrations"] == 16 and lines[-1]["episodes"] == 24
+    assert all(x["loss"] is not None for x in lines[1:])
+    mine, theirs = weights(tmp_path), weights(whole)
+    assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
+    sessions = [json.loads(x) for x in (tmp_path / "sessions.jsonl").read_text().splitlines()]
+    assert [s["from_step"] for s in sessions] == [0, 2 if cut == 3 else 4]
+
+
+def _forget_optimizer(monkeypatch):
+    real = trainer_mod.restore
+
+    def restore(run, path):
+        real(run, path)
+        run.optimizer.state.clear()  # Adam's moments lost
+    monkeypatch.setattr(trainer_mod, "restore", restore)
+
+
+def _stateful_tasks(monkeypatch):
+    # a stream that depends on what ran before (one generator for the process): resuming cannot restore it
+    shared = np.random.default_rng(0)
+    monkeypatch.setattr(agent_lab.streams, "task_rng", lambda seed, step, round_=0: shared)
+    monkeypatch.setattr(trainer_mod, "task_rng", lambda seed, step, round_=0: shared)
+
+
+@pytest.mark.parametrize("break_it", [_forget_optimizer, _stateful_tasks])
+def test_the_comparison_catches_a_resume_that_loses_state(tmp_path, monkeypatch, break_it):
+    """The check above can fail: resuming without the optimizer's state, or with a random stream whose state
+    lives in the process, gives another curve."""
+    break_it(monkeypatch)
+    whole = C.run_curve(options(tmp_path / "whole"))
+    cut_off(monkeypatch, tmp_path / "cut", 3)
+    resumed = C.run_curve(options(tmp_path / "cut"))
+    assert curve(resumed) != curve(whole)
+
+
+def test_a_folder_resumes_only_with_its_own_settings(uninterrupted, tmp_path, monkeypatch):
+    cut_off(monkeypatch, tmp_path, 3)
+    with pytest.raises(ValueError, match="other settings .*every_sft.*--run-dir"):
+        C.run_curve(options(tmp_path, every_sft=1))
+    with pytest.raises(ValueError, match="needs a crafting recipe"):
+        C.run_curve(options(tmp_path / "other", recipe="number-search", overrides={}))
+
+
+def test_each_level_is_judged_on_its_own_against_its_share_of_the_planner():
+    def splits(l1, l2, l3):
+        by = {"level 1": {"share": l1}, "level 2": {"share": l2}, "level 3": {"share": l3}}
+        return {"test": by, "held_out_goals": dict(by)}
+    assert C.meets_target(splits(1.0, 0.95, 0.80))
+    assert not C.meets_target(splits(1.0, 0.94, 1.0))  # level 2 alone short: the mean passes, not each level
+    assert not C.meets_target(splits(0.95, 0.95, 0.79))
+    held_short = {**splits(1.0, 1.0, 1.0), "held_out_goals": splits(1.0, 1.0, 0.5)["test"]}
+    assert not C.meets_target(held_short)
+
+
+def test_evaluations_fall_every_n_steps_of_each_phase_and_at_each_phase_end():
+    stops, step = [], 0
+    while step < 12:
+        step = C.next_stop(step, sft_steps=7, total=12, every_sft=3, every_rl=2)
+        stops.append(step)
+    assert stops == [3, 6, 7, 9, 11, 12]
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: X\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
+    assert C.cpu_flags(info) == {"avx2": True, "avx512": True, "amx": True}
+    info.write_text("flags\t\t: fpu avx2\n")
+    assert C.cpu_flags(info) == {"avx2": True, "avx512": False, "amx": False}
+    assert C.cpu_flags(tmp_path / "missing") == {"avx2": False, "avx512": False, "amx": False}
