@@ -5,12 +5,14 @@ Pipeline (``make grade SUBMISSIONS=<dir>`` runs it through ``scripts/grade.sh``)
 1. ``prepare_course``: copy ``assignments/source/<assignment>`` into a private nbgrader course under
    ``--out`` (default ``autograder/_work``) and run ``nbgrader generate_assignment`` there: the release and
    the course gradebook (``course/gradebook.db``).
-2. ``submissions.discover``: one entry (folder or zip) per student, names made into safe ids.
+2. ``submissions.scan``: one entry (folder, zip or a Canvas student's loose files) per student, names made into
+   ids that never collide.
 3. ``run_worker``, in parallel (at most one per core): each entry is graded by its own process
    (:mod:`autograder.worker`) with a leased sandbox uid and cgroup.  The student's cells run in the sandboxed
    kernel; the tests run in the worker and call the student's functions across the process boundary, so the
    score comes from code and data the student cannot touch (see ``autograder/README.md``).
-4. ``merge`` (serial, in this process): scores into the course gradebook through nbgrader's API, the
+4. ``merge`` (serial, in this process): scores into the course gradebook through nbgrader's API (never over
+   another entry's student), the
    executed notebook for instructors, the feedback page (test names, points and the grader's messages, never
    test code), ``grades.csv`` (nbgrader's export), ``grades_by_test.csv`` and a summary table.
 """
@@ -28,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+import unicodedata
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -48,6 +51,8 @@ DEFAULT_ASSIGNMENT = "policy_gradients"
 DEFAULT_OUT = REPO / "autograder" / "_work"
 COURSE_ID = "agent-lab"
 CSV_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+NOT_RECORDED = ("duplicate", "skipped", "conflict")  # statuses that leave the gradebook and feedback alone
+ENTRY_NAMES = "entry_names.json"  # in the course folder: student id -> the entry name it was made from
 
 
 @dataclass
@@ -63,7 +68,7 @@ class TestResult:
 @dataclass
 class StudentResult:
     student: str
-    status: str                      # graded | missing | invalid | duplicate | error
+    status: str                      # graded | missing | invalid | error, or one of NOT_RECORDED
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -220,6 +225,14 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
                             "not graded: " + "; ".join(entry.notes))
     scratch = batch.out / "runs" / batch.run_id / entry.student
     scratch.mkdir(parents=True)
+    origin = entry.origin
+    if entry.files:  # a Canvas student's loose files: copied (plain files only) into a folder of their own
+        origin = scratch / "entry"
+        try:
+            submissions.stage(entry, origin)
+        except (ValueError, OSError) as exc:
+            note = f"not graded: {plain_text(str(exc), 200)}; hand in plain files"
+            return _zero_result(entry.student, "invalid", batch.tests, entry.notes + [note], note)
     lease = sandbox.UidLease()
     cgroup = KernelCgroup(f"uid{lease.uid}", batch.cpus_per_kernel, batch.limits.memory_bytes,
                           batch.limits.nproc)
@@ -228,7 +241,7 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
     try:
         sandbox.root_dir(ipc_dir)
         procs = cgroup.create() if cgroup.kind else []
-        job = Job(entry.student, str(entry.origin), f"{batch.assignment}.ipynb", str(batch.release),
+        job = Job(entry.student, str(origin), f"{batch.assignment}.ipynb", str(batch.release),
                   str(batch.source), str(scratch), lease.uid, str(ipc_dir), asdict(batch.limits),
                   dict(batch.timeouts), procs, list(entry.notes))
         (scratch / "job.json").write_text(json.dumps(asdict(job), indent=1))
@@ -256,16 +269,39 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
 # ---------------------------------------------------------------------------------------------
 # 4. merge, feedback, export, summary
 # ---------------------------------------------------------------------------------------------
-def merge(result: StudentResult, out: Path, assignment: str, graded: Path | None) -> None:
-    """One student's scores into the course gradebook and the executed notebook beside it (called serially).
+def claim_id(course: Path, student: str, name: str) -> str | None:
+    """Record in ``course`` that ``student`` is the id of the entry named ``name``; when the gradebook's id (or
+    one differing only in case) belongs to another entry name, record nothing and return that entry's name."""
+    path = course / ENTRY_NAMES
+    names = json.loads(path.read_text()) if path.exists() else {}
+    name = unicodedata.normalize("NFC", name)  # canonically equal spellings are one name (see safe_id)
+    for other_id, other_name in names.items():
+        if other_id.casefold() == student.casefold() and (other_id, other_name) != (student, name):
+            return f"{other_name[:80]!r} (student id {other_id!r})"
+    names[student] = name
+    path.write_text(json.dumps(names, indent=1))
+    return None
+
+
+def merge(result: StudentResult, out: Path, assignment: str, graded: Path | None, name: str | None = None) -> bool:
+    """One student's scores into the course gradebook and the executed notebook beside it (called serially);
+    True when they were written.
 
     The scores are the grader's own verdicts, written through nbgrader's API, so formgrader and nbgrader's
-    exports see them; an entry that was not graded because its id is ambiguous leaves the gradebook alone.
+    exports see them.  An entry that was not graded because its id is ambiguous leaves the gradebook alone, and
+    so does an entry (named ``name``) whose id an earlier batch gave to an entry of another name: its status
+    becomes ``conflict``, with a note naming both.
     """
     from nbgrader.api import Gradebook
 
-    if result.status == "duplicate":
-        return
+    if result.status in NOT_RECORDED:
+        return False
+    holder = claim_id(out / "course", result.student, name if name is not None else result.student)
+    if holder is not None:
+        result.status = "conflict"
+        result.notes.append(f"not recorded: the gradebook's student {result.student!r} (or one differing only in "
+                            f"case) holds the grades of the entry {holder}; rename this entry and grade again")
+        return False
     scores = {t.grade_id: t.score for t in result.tests}
     manual = {m["grade_id"]: m for m in result.manual}
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", COURSE_ID) as gb:
@@ -285,6 +321,7 @@ def merge(result: StudentResult, out: Path, assignment: str, graded: Path | None
         kept = out / "course" / "autograded" / result.student / assignment
         kept.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(graded, kept / f"{assignment}.ipynb")
+    return True
 
 
 def feedback_html(result: StudentResult, assignment: str) -> str:
@@ -402,7 +439,10 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
     warnings.filterwarnings("ignore", message=".*not in session.*")  # nbgrader's SQLAlchemy noise
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    entries = submissions.discover(submissions_dir)
+    entries, ignored = submissions.scan(submissions_dir)
+    if ignored:
+        print(f"grade: not entries, ignored: {', '.join(repr(n[:80]) for n in ignored[:20])}"
+              + (f" and {len(ignored) - 20} more" if len(ignored) > 20 else ""), file=sys.stderr)
     release = prepare_course(out, Path(source_root), assignment)
     source = out / "course" / "source" / assignment / f"{assignment}.ipynb"
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
@@ -415,24 +455,24 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
               file=sys.stderr)
     cores = len(os.sched_getaffinity(0))
     jobs = max(1, min(jobs or cores, cores, len(entries) or 1))
-    results: dict[str, StudentResult] = {}
+    results: dict[int, StudentResult] = {}
     feedback_root = out / "course" / "feedback"
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_worker, entry, batch): entry for entry in entries}
+        futures = {pool.submit(run_worker, entry, batch): index for index, entry in enumerate(entries)}
         for future in as_completed(futures):
-            entry = futures[future]
+            entry = entries[futures[future]]
             try:
                 result = future.result()
             except Exception as exc:  # noqa: BLE001 - one broken run must not stop the others
                 result = _zero_result(entry.student, "error", batch.tests, entry.notes,
                                       f"grading failed: {type(exc).__name__}")
             graded = out / "runs" / run_id / entry.student / "graded.ipynb"
-            merge(result, out, assignment, graded)          # serial: only this thread writes the db
-            page = feedback_root / result.student / assignment / f"{assignment}.html"
-            page.parent.mkdir(parents=True, exist_ok=True)
-            page.write_text(feedback_html(result, assignment))
-            results[str(entry.origin)] = result
-    ordered = [results[str(e.origin)] for e in entries]
+            if merge(result, out, assignment, graded, entry.name):  # serial: only this thread writes the db
+                page = feedback_root / result.student / assignment / f"{assignment}.html"
+                page.parent.mkdir(parents=True, exist_ok=True)
+                page.write_text(feedback_html(result, assignment))
+            results[futures[future]] = result
+    ordered = [results[i] for i in range(len(entries))]
     export(ordered, out)
     (out / "results.json").write_text(json.dumps([asdict(r) | {"score": r.score,
                                                               "max_score": r.max_score}
@@ -482,7 +522,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(results)} submissions in {time.monotonic() - start:.1f} s. "
           f"Gradebook: {out / 'course' / 'gradebook.db'}; grades: {out / 'grades.csv'}; "
           f"feedback: {out / 'course' / 'feedback'}/<student>/")
-    return 0
+    problem = nothing_graded(results)
+    if problem:
+        print(f"grade: {problem}", file=sys.stderr)
+    return 1 if problem else 0
+
+
+def nothing_graded(results: list[StudentResult]) -> str | None:
+    """Why the batch graded no entry (the command then fails), or None when at least one was graded."""
+    if any(r.status == "graded" for r in results):
+        return None
+    if not results:
+        return ("nothing was graded: no entry was found (one folder or .zip per student, or the notebooks of "
+                "Canvas's bulk download, lastnamefirstname_userid_submissionid_file.ipynb)")
+    counts = ", ".join(f"{sum(r.status == s for r in results)} {s}" for s in dict.fromkeys(r.status for r in results))
+    return f"nothing was graded ({counts}): see the notes in results.json and the summary above"
 
 
 if __name__ == "__main__":

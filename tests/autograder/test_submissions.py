@@ -20,11 +20,18 @@ def release(tmp_path):
     return nbformat.read(toy.write_source(tmp_path / "src") / "toy" / "toy.ipynb", as_version=4)
 
 
-@pytest.mark.parametrize("name, safe", [("alice", "alice"), ("bob smith", "bob_smith"), ("jos\u00e9", "jose"),
-                                        ("-rf", "rf"), (".hidden.", "hidden"), ("a;rm -rf /", "a_rm_-rf"),
-                                        ("\u5b66\u751f", "student"), ("x" * 70, "x" * 64)])
-def test_entry_names_become_safe_ids(name, safe):
-    assert submissions.safe_id(name) == safe
+@pytest.mark.parametrize("name, safe", [("alice", "alice"), ("alice_", "alice_"), ("Bob.Smith@x", "Bob.Smith@x"),
+                                        ("bob smith", "bob_smith~"), ("jos\u00e9", "jose~"), ("-rf", "rf~"),
+                                        (".hidden.", "hidden~"), ("a;rm -rf /", "a_rm_-rf~"),
+                                        ("\u5b66\u751f", "student~"), ("x" * 64, "x" * 64),
+                                        ("x" * 70, "x" * 48 + "~"), ("alice\n", "alice~")])
+def test_safe_names_are_kept_and_others_get_a_readable_slug_and_a_hash(name, safe):
+    got = submissions.safe_id(name)
+    if safe.endswith("~"):
+        assert got.startswith(safe) and len(got) == len(safe) + 10 and int(got[len(safe):], 16) >= 0, got
+        assert submissions.SAFE_ID.fullmatch(got.replace("~", "_")), got
+    else:
+        assert got == safe
 
 
 def test_odd_names_are_graded_under_a_safe_id_with_a_note_and_duplicates_are_not_graded(tmp_path):
@@ -32,11 +39,14 @@ def test_odd_names_are_graded_under_a_safe_id_with_a_note_and_duplicates_are_not
         (tmp_path / folder).mkdir()
     zipfile.ZipFile(tmp_path / "carol.zip", "w").close()
     (tmp_path / "stray.txt").write_text("not an entry")
-    entries = {e.origin.name: e for e in submissions.discover(tmp_path)}
+    entries, ignored = submissions.scan(tmp_path)
+    entries = {e.origin.name: e for e in entries}
     assert sorted(entries) == sorted(["bob smith", "jos\u00e9", "-rf", "carol", "carol.zip", "al ice", "al_ice"])
-    assert (entries["bob smith"].student, entries["bob smith"].status) == ("bob_smith", "ok")
-    assert "not a safe id" in entries["jos\u00e9"].notes[0] and entries["-rf"].student == "rf"
-    for name in ("carol", "carol.zip", "al ice", "al_ice"):
+    assert ignored == ["stray.txt"]
+    assert entries["bob smith"].student.startswith("bob_smith~") and entries["bob smith"].status == "ok"
+    assert "not a safe id" in entries["jos\u00e9"].notes[0] and entries["-rf"].student.startswith("rf~")
+    assert entries["al ice"].status == entries["al_ice"].status == "ok"
+    for name in ("carol", "carol.zip"):
         assert entries[name].status == "duplicate" and "keep one" in entries[name].notes[-1]
     with pytest.raises(ValueError, match="not a directory"):
         submissions.discover(tmp_path / "missing")
