@@ -252,7 +252,7 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if any(x.score < x.points for x in ran) else 0
 
 
-#: ``--skip-training`` skips the tests named so: the assignments' training runs (a minute or more each).
+#: ``--skip-training`` skips the tests named so: the assignments' agent tests (they train or evaluate one).
 TRAINING = ("test_train",)
 
 
@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     pc = sub.add_parser("check", help="run an assignment notebook's visible tests the way the grader does")
     pc.add_argument("notebook", help="your notebook, e.g. policy_gradients.ipynb")
     pc.add_argument("--skip-training", action="store_true",
-                    help="skip the training tests (names starting with test_train; they take minutes)")
+                    help="skip the agent tests (names starting with test_train: they train or evaluate an "
+                         "agent, under a minute each on two CPU cores)")
     pc.add_argument("--skip", action="append", default=[], metavar="GRADE_ID",
                     help="skip the tests whose name starts with GRADE_ID (repeatable)")
     pc.add_argument("--release", default=None,
