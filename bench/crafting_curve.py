@@ -24,8 +24,9 @@ at levels 1 and 2 (depth <= 2) and at least 80% at level 3 and deeper.
 
 The run checkpoints at every evaluation (weights, optimizer, counters, history and the curve so far, in one
 file). Started again with the same arguments, it resumes from that checkpoint and rewrites ``curve.jsonl`` to
-it: every random draw of a step depends only on (seed, step) (``agent_lab.streams``) and the learning rate
-only on the step, so the resumed curve equals the uninterrupted one, apart from its seconds (``WALL_CLOCK``).
+it. It needs ``PYTHONHASHSEED`` set (``make`` sets 0), so that a resumed process hashes strings as the first
+one did; every random draw of a step depends only on (seed, step) (``agent_lab.streams``) and the learning
+rate only on the step, so the resumed curve equals the uninterrupted one but for its seconds (``WALL_CLOCK``).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def settings(opts: CurveOptions, cfg: TrainConfig) -> dict:
     return {"recipe": opts.recipe, "seed": opts.seed, "overrides": opts.overrides, "config": config,
             "decoding": "greedy", "candidate_mask": cfg.sampling.candidate_mask, "splits": list(SPLITS),
             "sample_per_level": opts.sample, "confirm_per_level": opts.confirm, "every_sft": opts.every_sft,
-            "every_rl": opts.every_rl, "torch_threads": opts.threads}
+            "every_rl": opts.every_rl, "torch_threads": opts.threads,
+            "python_hash_seed": os.environ.get("PYTHONHASHSEED")}
 
 
 def machine_record() -> dict:
@@ -289,9 +291,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--set", type=parse_override, action="append", default=[], metavar="KEY=VALUE",
                    help="a TrainConfig keyword on top of the recipe (repeatable), e.g. --set sft_lr=2e-3")
     a = p.parse_args(argv)
+    if not os.environ.get("PYTHONHASHSEED"):  # string hashing orders sets: a resumed process must hash alike
+        p.error("set PYTHONHASHSEED (make crafting-curve sets 0), so that a resumed run hashes as it did")
     opts = CurveOptions(a.recipe, a.seed, a.run_dir, a.threads, a.every_sft, a.every_rl, a.sample, a.confirm,
                         dict(a.set))
-    print(f"curve: {run_curve(opts, argv)}")
+    try:
+        print(f"curve: {run_curve(opts, argv)}")
+    except ValueError as e:  # a bad recipe, setting or folder: said in one line, before any training
+        p.error(str(e))
 
 
 if __name__ == "__main__":
