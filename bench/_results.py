@@ -25,11 +25,25 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
     return names[0] if names else platform.processor() or None
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict | None:
+    """Whether the processor has AVX2, AVX-512 (foundation) and AMX (tiles and bf16), which decide its
+    float32 and bfloat16 matmul speed; None where /proc/cpuinfo lists no flags (not Linux)."""
+    try:
+        lines = cpuinfo.read_text().splitlines()
+    except OSError:
+        return None
+    found = next((set(line.split(":", 1)[1].split()) for line in lines
+                  if line.startswith("flags") and ":" in line), None)
+    if found is None:
+        return None
+    return {"avx2": "avx2" in found, "avx512": "avx512f" in found, "amx": {"amx_tile", "amx_bf16"} <= found}
+
+
 def machine() -> dict:
     import torch
 
-    return {"cores": os.cpu_count(), "cpu": cpu_model(), "platform": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__,
+    return {"cores": os.cpu_count(), "cpu": cpu_model(), "cpu_flags": cpu_flags(),
+            "platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
 
 
@@ -121,3 +135,41 @@ def markdown_table(rows: list[dict], columns: list[str], headers: list[str] | No
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(cell(f.get(c)) for c in columns) + " |" for f in flat]
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------- the results page's folds and machines
+#: What tells two machine records apart (the Python and torch versions are software, not the machine).
+MACHINE_KEYS = ("cores", "cpu", "cpu_flags", "platform", "device")
+
+
+def describe_machine(m: dict) -> str:
+    """The machine of a record in words: cores, CPU model and its matmul flags, platform, device."""
+    cpu = m.get("cpu") or "CPU model not recorded"
+    flags = m.get("cpu_flags")
+    if flags is None:
+        flags = "flags not recorded"
+    else:
+        flags = ", ".join(f"{name.upper()} {'yes' if has else 'no'}" for name, has in flags.items())
+    where = m.get("platform", "platform not recorded")
+    return f"{m.get('cores', '?')} cores, {cpu} ({flags}), {where}, device {m.get('device', 'cpu')}"
+
+
+def machine_line(section: dict, previous: dict | None = None) -> str:
+    """One Markdown line naming the machine a section was measured on, and whether its record differs from
+    ``previous`` (the machine record of the section shown before it)."""
+    m = section.get("machine") or {}
+    line = f"Measured on {describe_machine(m)}."
+    if previous is not None:
+        # A field one record lacks (older benchmarks did not record the CPU) tells nothing either way.
+        differ = [k for k in MACHINE_KEYS if None not in (m.get(k), previous.get(k)) and m[k] != previous[k]]
+        same = " Its record shows no difference from the machine of the section above."
+        line += (" A different machine from the section above: the records differ in "
+                 + ", ".join(differ) + "." if differ else same)
+    return line
+
+
+def folded(title: str, body: str) -> str:
+    """``body`` (Markdown) folded under ``title``: a dropdown the reader opens to check a number."""
+    if ":::" in body:
+        raise ValueError("a folded body cannot hold ':::', which would close its dropdown early")
+    return f":::{{dropdown}} {title}\n{body}\n:::\n"

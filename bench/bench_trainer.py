@@ -2,7 +2,8 @@
 
 1. Number search (N=16, K=4; the planner's exact optimum is 15/16): every recipe of ``agent_lab.recipes`` that
    names this section, from random initialisation, the seconds and episodes until the *greedy* policy reaches
-   the optimum on all 16 targets (checked every ``eval_every`` steps), median over seeds. "number-search/<algo>"
+   the optimum on all 16 targets (checked every ``eval_every`` steps), median over seeds; each seed's greedy
+   success at every evaluation is kept as its learning curve. "number-search/<algo>"
    recipes are pure RL sampling with the structured action mask; "number-search" starts with SFT on the
    planner's demonstrations. Targets on 2 CPU cores: Dr.GRPO < 2 min, the SFT cold start < 30 s.
 2. Crafting: recipe ``crafting-quick`` (``--full``: ``crafting-full``; ``--crafting-budget`` picks any): greedy
@@ -58,7 +59,7 @@ def number_search(names, seeds: int, time_limit: float | None, threads: int = 0,
             got = hit or {}
             runs.append({"seed": seed, "reached_s": got.get("seconds"), "reached_episodes": got.get("episodes"),
                          "reached_step": got.get("step"), "steps": len(r.history), "run_s": r.seconds, "cpu_s": cpu,
-                         "final_greedy": r.final_eval.success})
+                         "final_greedy": r.final_eval.success, "curve": greedy_curve(r.history)})
             print(f"  {name} seed {seed}: " + (f"optimum at step {got.get('step')}, {got.get('seconds', 0):.1f} s, "
                                                f"{got.get('episodes')} episodes; {cpu:.1f} CPU-s for the whole run"
                                                if hit else f"not reached in {len(r.history)} steps, {r.seconds:.0f} s "
@@ -74,6 +75,13 @@ def number_search(names, seeds: int, time_limit: float | None, threads: int = 0,
                           f"optimum not reached in {len(runs)} seeds (median final greedy {row['final_greedy']:.3f})")
         rows.append(row)
     return rows
+
+
+def greedy_curve(history: list[dict]) -> list[dict]:
+    """A run's learning curve: the greedy success at each of its evaluations, with the steps (counted as
+    ``reached_step`` counts them), seconds and episodes by then."""
+    return [{"step": h["step"] + 1, "seconds": h["elapsed_s"], "episodes": h["episodes"], "greedy": h["eval_success"]}
+            for h in history if "eval_success" in h]
 
 
 def crafting(name: str, seed: int = 0, eval_size: int = 150, run_dir: str | None = None, reread: bool = True,

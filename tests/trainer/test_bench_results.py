@@ -50,3 +50,34 @@ def test_a_section_names_the_processor_it_ran_on(tmp_path):
     assert "2 cores (AMD EPYC), device cpu, torch 2.13.0+cpu" in results.provenance(section)
     section["machine"].pop("cpu")  # sections written before the processor was recorded
     assert "2 cores, device cpu" in results.provenance(section)
+
+
+def test_a_section_records_the_cpus_matmul_flags(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: X\nflags\t\t: fpu sse avx avx2 fma avx512f avx512_bf16 amx_tile\n")
+    assert results.cpu_flags(info) == {"avx2": True, "avx512": True, "amx": False}  # amx needs amx_bf16 too
+    info.write_text("model name\t: X\nflags\t\t: fpu sse avx2 amx_tile amx_bf16\n")
+    assert results.cpu_flags(info) == {"avx2": True, "avx512": False, "amx": True}
+    info.write_text("model name\t: X\n")
+    assert results.cpu_flags(info) is None and results.cpu_flags(tmp_path / "absent") is None
+    assert "cpu_flags" in results.machine()
+
+
+def test_the_machine_line_names_the_cpu_and_its_flags_and_a_change_of_machine():
+    old = {"cores": 2, "platform": "Linux-a", "device": "cpu"}  # written before the CPU was recorded
+    new = {"cores": 2, "cpu": "AMD EPYC", "cpu_flags": {"avx2": True, "avx512": False, "amx": False},
+           "platform": "Linux-b", "device": "cpu"}
+    line = results.machine_line({"machine": new})
+    assert line == "Measured on 2 cores, AMD EPYC (AVX2 yes, AVX512 no, AMX no), Linux-b, device cpu."
+    assert "CPU model not recorded (flags not recorded)" in results.machine_line({"machine": old})
+    # a field only one record has tells nothing; the platform differs
+    assert results.machine_line({"machine": new}, old).endswith(
+        "A different machine from the section above: the records differ in platform.")
+    assert results.machine_line({"machine": new}, dict(old, platform="Linux-b")).endswith(
+        "Its record shows no difference from the machine of the section above.")
+
+
+def test_a_folded_table_becomes_a_dropdown_and_refuses_a_fence_inside():
+    assert results.folded("Table", "| a |\n|---|\n| 1 |") == ":::{dropdown} Table\n| a |\n|---|\n| 1 |\n:::\n"
+    with pytest.raises(ValueError, match="cannot hold ':::'"):
+        results.folded("Table", "x\n:::\ny")

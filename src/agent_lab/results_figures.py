@@ -1,0 +1,535 @@
+"""The book's results page as figures: one function per benchmark draws its figure from the rows that
+``bench/_results.py`` reads back, and one computes the figures its conclusion states, so the page can assert
+them (a rerun that changes a ranking fails the build instead of printing a false sentence).
+
+Curves of several seeds are drawn the way benchmark reports draw them: each seed a thin line, the median over
+seeds a bold one.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+#: Figures are drawn this many inches wide: at the book's resolution they fit its text column unscaled.
+WIDTH = 7.0
+THIN = {"lw": 0.8, "alpha": 0.45}
+THOUSANDS = FuncFormatter(lambda x, _: f"{x / 1000:g}k" if x else "0")
+BOLD = {"lw": 2.2}
+COLORS = plt.get_cmap("tab10").colors
+
+
+def subplots(ncols: int = 1, height: float = 3.0, **kw):
+    """A figure of ``ncols`` panels side by side, :data:`WIDTH` inches wide."""
+    fig, axes = plt.subplots(1, ncols, figsize=(WIDTH, height), squeeze=False, **kw)
+    return fig, list(axes[0])
+
+
+# ----------------------------------------------------------------------------- curves over seeds
+Curve = list[tuple[float, float]]
+
+
+def held(curve: Curve, x: float) -> float:
+    """The curve's value at ``x``: its last point at or before ``x`` (an evaluation holds until the next)."""
+    value = curve[0][1]
+    for cx, cy in curve:
+        if cx > x:
+            break
+        value = cy
+    return value
+
+
+def median_curve(curves: list[Curve]) -> Curve:
+    """The median over seeds at every point of any seed where all seeds have started and none has ended."""
+    curves = [sorted(c) for c in curves if c]
+    if not curves:
+        return []
+    start, end = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
+    xs = sorted({x for c in curves for x, _ in c if start <= x <= end})
+    return [(x, statistics.median(held(c, x) for c in curves)) for x in xs]
+
+
+def draw_seeds(ax, curves: list[Curve], color, label: str) -> None:
+    """Each seed's curve thin, their median bold (labelled), as steps held until the next evaluation."""
+    for c in curves:
+        ax.plot(*zip(*sorted(c)), color=color, drawstyle="steps-post", **THIN)
+    med = median_curve(curves)
+    if med:
+        ax.plot(*zip(*med), color=color, drawstyle="steps-post", label=label, **BOLD)
+
+
+def rows_panels(fig, axes, names: list[str]):
+    """Finish panels that share one row per name: the names down the first, top to bottom, the legend in the
+    last, a grid along x."""
+    for ax in axes:
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(range(len(names)), names, fontsize=8)
+    axes[0].invert_yaxis()
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def optimum_line(ax, optimum: float, label: str = "optimum 15/16") -> None:
+    ax.axhline(optimum, color="black", ls="--", lw=1, label=label)
+
+
+# ----------------------------------------------------------------------------- number search
+def run_curve(run: dict, x: str) -> Curve:
+    """A seed's greedy success against ``x`` ("episodes" or "seconds") at each recorded evaluation."""
+    return [(point[x], point["greedy"]) for point in run.get("curve") or []]
+
+
+def has_curves(rows: list[dict]) -> bool:
+    """Whether every seed of every recipe recorded its learning curve (earlier runs kept only the end)."""
+    return bool(rows) and all(run.get("curve") for row in rows for run in row["runs"])
+
+
+def number_search_curves(rows: list[dict], optimum: float):
+    """Greedy success against episodes and against seconds, every recipe, each seed thin, the median bold."""
+    fig, axes = subplots(2, height=4.2, sharey=True)
+    for i, row in enumerate(rows):
+        for ax, x in zip(axes, ("episodes", "seconds")):
+            draw_seeds(ax, [run_curve(run, x) for run in row["runs"]], COLORS[i % 10], row["recipe"])
+    for ax, x in zip(axes, ("episodes", "seconds")):
+        optimum_line(ax, optimum)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(x)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("greedy success")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=8,
+               bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.22, 1, 1))
+    return fig
+
+
+def number_search_dots(rows: list[dict]):
+    """Episodes and seconds to the greedy optimum, one dot per seed, the median a bold bar, per recipe."""
+    fig, axes = subplots(2, height=0.3 * len(rows) + 1.2, sharey=True)
+    for y, row in enumerate(rows):
+        for ax, key in zip(axes, ("reached_episodes", "reached_s")):
+            got = [run[key] for run in row["runs"] if run[key] is not None]
+            ax.plot(got, [y] * len(got), "o", color=COLORS[0], ms=4, alpha=0.6)
+            if len(got) == len(row["runs"]):
+                ax.plot([statistics.median(got)], [y], "|", color="black", ms=14, mew=2.5)
+    axes[0].set_yticks(range(len(rows)), [f"{r['recipe']} ({r['reached']})" for r in rows], fontsize=8)
+    axes[0].invert_yaxis()
+    for ax, label in zip(axes, ("episodes to 15/16", "seconds to 15/16")):
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks collide on short ranges
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def number_search_facts(rows: list[dict], starts_supervised: set[str]) -> dict:
+    """Which recipes reached the optimum in every seed, and the fastest with and without supervised steps."""
+    medians = {r["recipe"]: r["median_episodes"] for r in rows}
+    everywhere = [r["recipe"] for r in rows if all(run["reached_episodes"] is not None for run in r["runs"])]
+    ranked = sorted((m, name) for name, m in medians.items() if m is not None)
+    rl = [(m, name) for m, name in ranked if name not in starts_supervised]
+    sup = [(m, name) for m, name in ranked if name in starts_supervised]
+    return {"recipes": len(rows), "reached_everywhere": len(everywhere), "ranked": [n for _, n in ranked],
+            "fastest_supervised": sup[0] if sup else None, "fastest_rl": rl[0] if rl else None,
+            "slowest_rl": rl[-1] if rl else None}
+
+
+# ----------------------------------------------------------------------------- beside TRL
+def side_name(row: dict) -> str:
+    """"agent-lab" or "TRL": the first word of the row's side."""
+    return row["side"].split()[0]
+
+
+def trl_facts(rows: list[dict]) -> dict:
+    """Per seed: each side's updates per second and their ratio, greedy success at equal episodes."""
+    by_seed = defaultdict(dict)
+    for r in rows:
+        by_seed[r["seed"]][side_name(r)] = r
+    seeds = {}
+    for seed, sides in sorted(by_seed.items()):
+        ours, trl = sides["agent-lab"], sides["TRL"]
+        rate = {k: s["steps"] / s["seconds"] for k, s in sides.items()}
+        seeds[seed] = {"rate": rate, "ratio": rate["agent-lab"] / rate["TRL"],
+                       "trl_greedy": trl["final_greedy"],
+                       "ours_at_trl_episodes": trl["agent_lab_greedy_at_these_episodes"],
+                       "best_greedy": {k: max(p[1] for p in s["curve"]) for k, s in sides.items()}}
+    ratios = [s["ratio"] for s in seeds.values()]
+    gaps = [abs(s["ours_at_trl_episodes"] - s["trl_greedy"]) for s in seeds.values()]
+    best = {k: max(s["best_greedy"][k] for s in seeds.values()) for k in ("agent-lab", "TRL")}
+    return {"seeds": seeds, "ratio_min": min(ratios), "ratio_max": max(ratios), "greedy_gap_max": max(gaps),
+            "best_greedy": best}
+
+
+def trl_figure(rows: list[dict], optimum: float):
+    """Updates per second of each side per seed; greedy success against episodes, seeds thin, median bold."""
+    fig, (rate_ax, curve_ax) = subplots(2, height=3.2, gridspec_kw={"width_ratios": [1, 2.2]})
+    sides = sorted({side_name(r) for r in rows})
+    for i, side in enumerate(sides):
+        mine = [r for r in rows if side_name(r) == side]
+        rates = [r["steps"] / r["seconds"] for r in mine]
+        rate_ax.plot([i] * len(rates), rates, "o", color=COLORS[i], alpha=0.6)
+        rate_ax.plot([i], [statistics.median(rates)], "_", color="black", ms=22, mew=2.5)
+        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side)
+    rate_ax.set_xticks(range(len(sides)), sides)
+    rate_ax.set_xlim(-0.6, len(sides) - 0.4)
+    rate_ax.set_ylim(bottom=0)
+    rate_ax.set_ylabel("updates per second")
+    optimum_line(curve_ax, optimum)
+    curve_ax.xaxis.set_major_formatter(THOUSANDS)
+    curve_ax.set_xlabel("episodes")
+    curve_ax.set_ylabel("greedy success")
+    curve_ax.set_ylim(-0.03, 1)
+    curve_ax.legend(fontsize=8)
+    for ax in (rate_ax, curve_ax):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- without the mask
+def no_mask_facts(runs: list[dict]) -> dict:
+    """Per recipe: seeds that reached the optimum, median seconds to it, median final and sampled success."""
+    out = {}
+    for name in dict.fromkeys(r["recipe"] for r in runs):
+        mine = [r for r in runs if r["recipe"] == name]
+        got = [r["reached_s"] for r in mine if r["reached_s"] is not None]
+        out[name] = {"seeds": len(mine), "reached": len(got),
+                     "median_s": statistics.median(got) if len(got) == len(mine) else None,
+                     "greedy": statistics.median(r["final_greedy"] for r in mine),
+                     "sampled": statistics.median(r["sampled_success"] for r in mine)}
+    return out
+
+
+def no_mask_figure(runs: list[dict], short: dict, optimum: float):
+    """Final greedy and sampled success of each seed, per recipe, against the optimum."""
+    fig, (ax,) = subplots(1, height=2.8)
+    names = list(dict.fromkeys(r["recipe"] for r in runs))
+    for y, name in enumerate(names):
+        mine = [r for r in runs if r["recipe"] == name]
+        for k, (key, label) in enumerate((("final_greedy", "greedy"), ("sampled_success", "sampled"))):
+            ax.plot([r[key] for r in mine], [y + 0.12 * (k - 0.5) * 2] * len(mine), "os"[k], ls="",
+                    color=COLORS[k], alpha=0.6, label=label if y == 0 else None)
+    ax.axvline(optimum, color="black", ls="--", lw=1, label="optimum 15/16")
+    ax.set_yticks(range(len(names)), [short.get(n, n) for n in names])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("success at the end of the budget (each seed)")
+    ax.legend(fontsize=8, loc="center left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- crafting
+CRAFTING_ARMS = (("cold start", False), ("after Dr.GRPO", False),
+                 ("cold start", True), ("after Dr.GRPO", True))
+
+
+def crafting_success(rows: list[dict]) -> dict:
+    """``{(policy, mask, split, level): greedy success}`` of the crafting benchmark's rows."""
+    return {(r["policy"], r["mask"], r["split"], r["group"]): r["greedy"] for r in rows}
+
+
+def crafting_change(rows: list[dict], split: str, level: str, mask: bool) -> tuple[float, float]:
+    """(cold start, after Dr.GRPO) greedy success on one split and level, decoded with or without the mask."""
+    got = crafting_success(rows)
+    return got[("cold start", mask, split, level)], got[("after Dr.GRPO", mask, split, level)]
+
+
+def crafting_figure(rows: list[dict]):
+    """Greedy success per level on each split: the SFT cold start (light) and after RL (dark), without the
+    mask (hatched) and with it."""
+    got = crafting_success(rows)
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    levels = {s: sorted({r["group"] for r in rows if r["split"] == s}) for s in splits}
+    fig, axes = subplots(len(splits), height=3.0, sharey=True,
+                         gridspec_kw={"width_ratios": [len(levels[s]) for s in splits]})
+    width = 0.2
+    for ax, split in zip(axes, splits):
+        for k, (policy, mask) in enumerate(CRAFTING_ARMS):
+            xs = [i + (k - 1.5) * width for i in range(len(levels[split]))]
+            ys = [got[(policy, mask, split, lv)] for lv in levels[split]]
+            color = COLORS[0] if policy == "after Dr.GRPO" else "#9ecae1"
+            label = f"{'SFT' if policy == 'cold start' else 'SFT + RL'}, {'mask' if mask else 'no mask'}"
+            ax.bar(xs, ys, width, color=color, hatch="" if mask else "///", edgecolor="white", label=label)
+        ax.set_xticks(range(len(levels[split])), [lv.removeprefix("level ") for lv in levels[split]])
+        ax.set_xlabel("level")
+        ax.set_title(split.replace("_", " "))
+        ax.axhline(1.0, color="black", ls="--", lw=1)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("greedy success (planner: 1)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=4, fontsize=8)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    return fig
+
+
+# ----------------------------------------------------------------------------- where the time goes
+def arm_label(arm: dict) -> str:
+    return f"{arm['arm']}, {arm['piece']}"
+
+
+def profile_peak(row: dict) -> tuple[str, float]:
+    """The float32 matmul peak measured in the same run at the arms' thread count: (its name, GFLOP/s)."""
+    threads = row["threads"]
+    name = f"float32, {threads} thread" + ("s" if threads != 1 else "")
+    return name, row["matmul_peak_gflops"][name]
+
+
+def profile_facts(row: dict) -> dict:
+    """Per arm and piece: its largest phase, each phase's share, and its passes' share of the matmul peak."""
+    _, peak = profile_peak(row)
+    out = {}
+    for arm in row["arms"]:
+        shares = arm["shares"]
+        out[arm_label(arm)] = {"largest": max(shares, key=shares.get), "shares": shares,
+                               "gflops": arm["train_gflops"], "of_peak": arm["train_gflops"] / peak,
+                               "recorded_of_peak": arm["share_of_matmul_peak"]}
+    return {"peak": peak, "arms": out}
+
+
+def profile_figure(row: dict):
+    """Each arm's share of seconds per phase (stacked), and its passes' GFLOP/s against the matmul peak."""
+    fig, (share_ax, flop_ax) = subplots(2, height=3.4, sharey=True, gridspec_kw={"width_ratios": [1.6, 1]})
+    arms = row["arms"]
+    phases = list(dict.fromkeys(p for arm in arms for p in arm["shares"]))
+    ys = range(len(arms))
+    left = [0.0] * len(arms)
+    for k, phase in enumerate(phases):
+        width = [arm["shares"].get(phase, 0.0) for arm in arms]
+        share_ax.barh(ys, width, left=left, color=COLORS[k % 10], label=phase)
+        left = [a + b for a, b in zip(left, width)]
+    share_ax.set_yticks(list(ys), [arm_label(a) for a in arms], fontsize=8)
+    share_ax.invert_yaxis()
+    share_ax.set_xlim(0, 1)
+    share_ax.set_xlabel("share of the piece's seconds")
+    share_ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    name, peak = profile_peak(row)
+    flop_ax.barh(list(ys), [a["train_gflops"] for a in arms], color=COLORS[0])
+    flop_ax.axvline(peak, color="black", ls="--", lw=1, label=f"matmul peak ({name})")
+    flop_ax.set_xlabel("forward + backward GFLOP/s")
+    flop_ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    for ax in (share_ax, flop_ax):
+        ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- memory
+def memory_figure(rows: list[dict], target_gb: float):
+    """Peak resident memory of each recipe group's pieces, against the target."""
+    fig, (ax,) = subplots(1, height=0.3 * len(rows) + 1.0)
+    letters = {g: letter for letter, g in memory_groups(rows).items()}
+    order = list(letters)
+    ax.barh(range(len(rows)), [r["peak_gb"] for r in rows],
+            color=[COLORS[order.index(r["recipes"]) % 10] for r in rows])
+    ax.set_yticks(range(len(rows)), [f"{r['piece']} ({letters[r['recipes']]})" for r in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(target_gb, color="black", ls="--", lw=1, label=f"target {target_gb:g} GB")
+    ax.set_xlabel("peak resident memory, GB")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+def memory_groups(rows: list[dict]) -> dict[str, str]:
+    """The letter each recipe group carries in :func:`memory_figure`."""
+    groups = list(dict.fromkeys(r["recipes"] for r in rows))
+    return {chr(ord("A") + i): g for i, g in enumerate(groups)}
+
+
+# ----------------------------------------------------------------------------- the SFT batch
+def sft_batch_figure(seeds: dict[str, list[dict]]):
+    """The imitation loss against seconds of each batch size, one panel per seed."""
+    fig, axes = subplots(len(seeds), height=3.0, sharey=True)
+    for ax, (name, rows) in zip(axes, seeds.items()):
+        for k, r in enumerate(sorted(rows, key=lambda r: r["batch"])):
+            ax.plot([c["seconds"] for c in r["curve"]], [c["loss"] for c in r["curve"]], "o-", ms=3,
+                    color=COLORS[k], label=f"batch {r['batch']}")
+        ax.set_title(name)
+        ax.set_xlabel("seconds")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean loss in the window")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def by_final_loss(rows: list[dict]) -> list[int]:
+    """The batch sizes, lowest final loss first."""
+    return [r["batch"] for r in sorted(rows, key=lambda r: r["last_loss"])]
+
+
+# ----------------------------------------------------------------------------- the crafting assignment
+def assignment_success(sections: dict[str, list[dict]]) -> list[dict]:
+    """One record per (section, seed, split): the greedy success the grader gives that trained agent."""
+    return [{"section": name, "seed": r["seed"], "split": split, "success": e["success"]}
+            for name, rows in sections.items() for r in rows for split, e in r["evaluation"].items()]
+
+
+def assignment_figure(sections: dict[str, list[dict]], thresholds: dict[str, float]):
+    """Each seed's success per split, one marker per section, against the notebook's thresholds."""
+    points = assignment_success(sections)
+    splits = list(dict.fromkeys(p["split"] for p in points))
+    fig, (ax,) = subplots(1, height=2.8)
+    for k, name in enumerate(sections):
+        mine = [p for p in points if p["section"] == name]
+        ax.plot([p["success"] for p in mine], [splits.index(p["split"]) + 0.15 * (k - 0.5) * 2 for p in mine],
+                "os"[k % 2], ls="", color=COLORS[k], alpha=0.7, label=name)
+    for y, split in enumerate(splits):
+        limit = next((v for goals, v in thresholds.items() if split.endswith(goals)), None)
+        if limit is not None:
+            ax.plot([limit, limit], [y - 0.4, y + 0.4], color="black", lw=1.5)
+    ax.set_yticks(range(len(splits)), splits)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("greedy success, masked (black bar: the notebook's threshold)")
+    ax.legend(fontsize=8, loc="lower left")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- grading
+def grading_facts(rows: list[dict]) -> dict:
+    """Per grader and worker count: seconds per submission of each run; the spread within a grader's runs
+    against the difference between graders' means."""
+    runs = defaultdict(list)
+    for r in rows:
+        runs[(r["grader"], r["workers"])].append(r["s_per_submission"])
+    out = {}
+    for workers in sorted({w for _, w in runs}):
+        mine = {g: v for (g, w), v in runs.items() if w == workers}
+        means = {g: statistics.fmean(v) for g, v in mine.items()}
+        out[workers] = {"means": means, "spread": max(max(v) - min(v) for v in mine.values()),
+                        "between": max(means.values()) - min(means.values())}
+    return out
+
+
+def grading_figure(rows: list[dict]):
+    """Seconds per submission of every run, per grader and number of workers, in the order they ran."""
+    fig, (ax,) = subplots(1, height=2.6)
+    graders = list(dict.fromkeys(r["grader"] for r in rows))
+    workers = sorted({r["workers"] for r in rows})
+    for r in rows:
+        x = workers.index(r["workers"]) + 0.25 * (graders.index(r["grader"]) - 0.5) * 2
+        k = graders.index(r["grader"])
+        ax.plot(x, r["s_per_submission"], "os"[k % 2], color=COLORS[k])
+        ax.annotate(r["run"], (x, r["s_per_submission"]), textcoords="offset points", xytext=(5, -3),
+                    fontsize=7)
+    for k, g in enumerate(graders):
+        ax.plot([], [], "os"[k % 2], color=COLORS[k], label=g)
+    ax.set_xticks(range(len(workers)), [f"{w} worker{'s' if w > 1 else ''}" for w in workers])
+    ax.set_xlim(-0.8, len(workers) - 0.2)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("seconds per submission")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- credit assignment
+def estimator_errors(rows: list[dict]) -> dict[tuple[str, int], dict[str, float]]:
+    """``{(policy, budget): {estimator: mean squared error per turn against the exact advantage}}``."""
+    return {(r["policy"], r["budget"]): {n: e["turn"]["mse"] for n, e in r["estimators"].items()}
+            for r in rows}
+
+
+def estimators_figure(rows: list[dict]):
+    """Each estimator's error per turn against the exact advantage: a panel per policy, a bar per budget."""
+    errors = estimator_errors(rows)
+    policies = list(dict.fromkeys(p for p, _ in errors))
+    budgets = sorted({b for _, b in errors})
+    names = list(dict.fromkeys(n for e in errors.values() for n in e))
+    fig, axes = subplots(len(policies), height=0.28 * len(names) + 1.4, sharey=True)
+    height = 0.8 / len(budgets)
+    for ax, policy in zip(axes, policies):
+        for k, budget in enumerate(budgets):
+            got = errors.get((policy, budget), {})
+            ys = [i + (k - (len(budgets) - 1) / 2) * height for i in range(len(names))]
+            ax.barh(ys, [got.get(n, float("nan")) for n in names], height, color=COLORS[k],
+                    label=f"{budget} episodes")
+        ax.set_title(policy, fontsize=9)
+        ax.set_xlabel("MSE per turn")
+    return rows_panels(fig, axes, names)
+
+
+def two_lowest(errors: dict[str, float]) -> set[str]:
+    return set(sorted(errors, key=errors.get)[:2])
+
+
+def interval_above(a: dict, b: dict) -> bool:
+    """Whether ``a``'s 95% interval lies wholly above ``b``'s."""
+    return a["ci_low"] > b["ci_high"]
+
+
+def arms_facts(rows: list[dict], split: str, baseline: str = "cold start") -> dict:
+    """Per seed: the arms whose interval on ``split`` lies wholly above the baseline's, and whether the RL
+    arms' intervals share a common point (no arm told apart from another)."""
+    out = {}
+    for seed in dict.fromkeys(r["seed"] for r in rows):
+        mine = {r["arm"]: r["eval"][split] for r in rows if r["seed"] == seed}
+        base = mine.pop(baseline)
+        out[seed] = {"above": [a for a, e in mine.items() if interval_above(e, base)], "arms": len(mine),
+                     "overlap": max(e["ci_low"] for e in mine.values())
+                     <= min(e["ci_high"] for e in mine.values())}
+    return out
+
+
+def arms_figure(rows: list[dict], splits: list[str]):
+    """Each arm's success with its 95% interval, per seed, on each split."""
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    seeds = list(dict.fromkeys(r["seed"] for r in rows))
+    fig, axes = subplots(len(splits), height=0.35 * len(arms) + 1.5, sharey=True)
+    for ax, split in zip(axes, splits):
+        for k, seed in enumerate(seeds):
+            mine = {r["arm"]: r["eval"][split] for r in rows if r["seed"] == seed}
+            ys = [arms.index(a) + 0.2 * (k - (len(seeds) - 1) / 2) for a in mine]
+            xs = [e["success"] for e in mine.values()]
+            err = [[e["success"] - e["ci_low"] for e in mine.values()],
+                   [e["ci_high"] - e["success"] for e in mine.values()]]
+            ax.errorbar(xs, ys, xerr=err, fmt="o", ms=3, capsize=2, color=COLORS[k], label=f"seed {seed}")
+        ax.set_title(split.replace("_", " "), fontsize=9)
+        ax.set_xlabel("success, 95% interval")
+    return rows_panels(fig, axes, arms)
+
+
+# ----------------------------------------------------------------------------- micro-batches and mutation
+def micro_batch_figure(rows: list[dict]):
+    """The training step's peak memory at each micro-batch size (0: the whole batch at once)."""
+    fig, (ax,) = subplots(1, height=2.4)
+    labels = [str(r["micro_batch_size"] or "whole") for r in rows]
+    ax.barh(range(len(rows)), [r["peak_step_mib"] for r in rows], color=COLORS[0])
+    ax.set_yticks(range(len(rows)), labels)
+    ax.invert_yaxis()
+    ax.set_ylabel("micro-batch")
+    ax.set_xlabel("peak memory of one step, MiB")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
+
+
+def mutation_figure(rows: list[dict]):
+    """The share of planted bugs the tests kill in each module, against the share over all of them."""
+    modules = [r for r in rows if r["module"] != "all"]
+    overall = next((r for r in rows if r["module"] == "all"), None)
+    fig, (ax,) = subplots(1, height=0.25 * len(modules) + 1.0)
+    # dots, not bars: the axis starts near the lowest score, where a bar's length would mislead
+    ax.plot([r["score"] for r in modules], range(len(modules)), "o", color=COLORS[2])
+    ax.set_yticks(range(len(modules)), [r["module"].removeprefix("agent_lab.") for r in modules], fontsize=8)
+    ax.invert_yaxis()
+    if overall:
+        ax.axvline(overall["score"], color="black", ls="--", lw=1, label="all modules")
+        ax.legend(fontsize=8, loc="lower left")
+    low = min(r["score"] for r in modules)
+    ax.set_xlim(max(0.0, low - 0.05), 1.0)
+    ax.set_xlabel("share of mutants killed")
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    return fig
