@@ -107,7 +107,7 @@ def test_too_many_values_and_oversized_frames_are_refused(monkeypatch):
     a, b = socket.socketpair()
     with a, b:
         a.sendall((wire.MAX_FRAME + 1).to_bytes(8, "big"))
-        with pytest.raises(wire.WireError, match="at most"):
+        with pytest.raises(wire.WireError, match=str(wire.MAX_FRAME)):
             wire.recv(b)
 
 
