@@ -161,10 +161,15 @@ def machine_line(section: dict, previous: dict | None = None) -> str:
     line = f"Measured on {describe_machine(m)}."
     if previous is not None:
         # A field one record lacks (older benchmarks did not record the CPU) tells nothing either way.
-        differ = [k for k in MACHINE_KEYS if None not in (m.get(k), previous.get(k)) and m[k] != previous[k]]
-        same = " Its record shows no difference from the machine of the section above."
-        line += (" A different machine from the section above: the records differ in "
-                 + ", ".join(differ) + "." if differ else same)
+        both = [k for k in MACHINE_KEYS if None not in (m.get(k), previous.get(k))]
+        differ = [k for k in both if m[k] != previous[k]]
+        if differ:
+            line += f" A different machine from the section above: the records differ in {', '.join(differ)}."
+        elif {"cpu", "platform"} & set(both):
+            line += " Its record shows no difference from the machine of the section above."
+        else:
+            line += (" Whether the section above ran on the same machine is not known: the two records"
+                     " share no CPU model or platform.")
     return line
 
 
@@ -173,3 +178,24 @@ def folded(title: str, body: str) -> str:
     if ":::" in body:
         raise ValueError("a folded body cannot hold ':::', which would close its dropdown early")
     return f":::{{dropdown}} {title}\n{body}\n:::\n"
+
+
+def load_curves(directory: Path = RESULTS / "crafting_curve") -> tuple[dict[str, list[dict]], list[str]]:
+    """Every ``*.jsonl`` learning curve under ``directory`` (``bench/crafting_curve.py``'s ``curve.jsonl``,
+    copied there) as its records, by file name; and one line per file that could not be read, which the page
+    names while it still draws the others."""
+    curves, problems = {}, []
+    for path in sorted(directory.glob("*.jsonl")) if directory.is_dir() else []:
+        try:
+            text = path.read_text(encoding="utf-8")
+            records = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(f"{path.name} is not readable as JSON lines ({exc}): "
+                            "copy the run's curve.jsonl again")
+            continue
+        if not records or not isinstance(records[0], dict) or records[0].get("kind") != "header":
+            problems.append(f"{path.name} does not start with the curve's header line: "
+                            "copy the whole curve.jsonl")
+            continue
+        curves[path.stem] = records
+    return curves, problems

@@ -173,3 +173,36 @@ def test_the_trainer_bench_keeps_every_evaluation_as_the_seeds_curve():
                {"step": 3, "elapsed_s": 4.5, "episodes": 256, "eval_success": 0.9375}]
     assert bench.greedy_curve(history) == [{"step": 2, "seconds": 2.0, "episodes": 128, "greedy": 0.5},
                                            {"step": 4, "seconds": 4.5, "episodes": 256, "greedy": 0.9375}]
+
+
+def _curve_line(kind, step, phase, seconds, success, per_level=20, met=False):
+    levels = {f"level {lv}": {"success": success, "ci_low": 0.0, "ci_high": 1.0} for lv in (1, 2)}
+    return {"kind": kind, "step": step, "phase": phase, "train_s": seconds, "per_level": per_level,
+            "splits": {"test": levels, "held_out_goals": levels}, "target_met": met}
+
+
+CURVE = [{"kind": "header", "recipe": "crafting-full", "seed": 0, "candidate_mask": True},
+         _curve_line("sample", 250, "sft", 100.0, 0.5), _curve_line("sample", 500, "sft", 200.0, 0.7),
+         _curve_line("sample", 525, "rl", 260.0, 0.97, met=True),
+         _curve_line("confirm", 525, "rl", 260.0, 0.96, per_level=200, met=True)]
+
+
+def test_a_crafting_curve_gives_its_points_its_switch_to_rl_and_when_it_met_the_target():
+    body = CURVE[1:]
+    assert rf.curve_points(body, "test", "level 1") == [(100.0, 0.5), (200.0, 0.7), (260.0, 0.97)]
+    assert rf.curve_points(body, "test", "level 1", "confirm") == [(260.0, 0.96)]
+    assert rf.curve_points(body, "test", "level 9") == []
+    assert rf.rl_start(body) == 200.0 and rf.rl_start(body[:2]) is None
+    f = rf.crafting_curve_facts(CURVE)
+    assert f == {"recipe": "crafting-full", "seed": 0, "mask": True, "met_s": 260.0, "met_step": 525,
+                 "confirmed_on": 200, "last_s": 260.0, "last_step": 525, "confirmed": True}
+    partial = rf.crafting_curve_facts(CURVE[:3])
+    assert partial["met_s"] is None and partial["last_step"] == 500 and not partial["confirmed"]
+    assert rf.crafting_curve_facts(CURVE[:1])["last_s"] is None
+
+
+def test_the_crafting_curve_figure_draws_every_run_at_the_books_width():
+    fig = rf.crafting_curve_figure({"a": CURVE, "b": CURVE[:3]})
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
+    assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["level 1", "level 2"]
+    plt.close(fig)

@@ -533,3 +533,54 @@ def mutation_figure(rows: list[dict]):
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig
+
+
+# ----------------------------------------------------------------------------- the crafting learning curve
+def curve_points(lines: list[dict], split: str, level: str, kind: str = "sample") -> Curve:
+    """(training seconds, greedy success) of one split and level at each ``kind`` line of a crafting curve."""
+    return [(line["train_s"], line["splits"][split][level]["success"]) for line in lines
+            if line.get("kind") == kind and level in line.get("splits", {}).get(split, {})]
+
+
+def rl_start(lines: list[dict]) -> float | None:
+    """The training seconds at which RL took over from SFT (the last SFT line's); None before any RL."""
+    sft = [line["train_s"] for line in lines if line.get("phase") == "sft"]
+    rl = [line for line in lines if line.get("phase") == "rl"]
+    return max(sft) if sft and rl else None
+
+
+def crafting_curve_figure(curves: dict[str, list[dict]]):
+    """Greedy success per level against training seconds, a panel per split: each run thin, the median over
+    runs bold, confirmations as diamonds, a dotted line where RL took over from SFT."""
+    bodies = [lines[1:] for lines in curves.values()]
+    splits = list(dict.fromkeys(s for lines in bodies for line in lines for s in line.get("splits", {})))
+    levels = sorted({lv for lines in bodies for line in lines for s in splits
+                     for lv in line["splits"].get(s, {})})
+    fig, axes = subplots(len(splits), height=3.0, sharey=True)
+    for ax, split in zip(axes, splits):
+        for k, level in enumerate(levels):
+            draw_seeds(ax, [curve_points(lines, split, level) for lines in bodies], COLORS[k], level)
+            confirm = [p for lines in bodies for p in curve_points(lines, split, level, "confirm")]
+            ax.plot([x for x, _ in confirm], [y for _, y in confirm], "D", color=COLORS[k], ms=5, ls="")
+        for start in filter(None, map(rl_start, bodies)):
+            ax.axvline(start, color="grey", ls=":", lw=1)
+        ax.set_title(f"{split.replace('_', ' ')} (dotted: SFT → RL)")
+        ax.set_xlabel("training seconds")
+        ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("greedy success")
+    axes[-1].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def crafting_curve_facts(lines: list[dict]) -> dict:
+    """Where one crafting curve stands: its settings, and when a confirmation first met the target (or how
+    far the curve has got without one)."""
+    header, body = lines[0], lines[1:]
+    met = next((line for line in body if line.get("kind") == "confirm" and line.get("target_met")), None)
+    last = body[-1] if body else {}
+    return {"recipe": header.get("recipe"), "seed": header.get("seed"), "mask": header.get("candidate_mask"),
+            "met_s": met["train_s"] if met else None, "met_step": met["step"] if met else None,
+            "confirmed_on": met["per_level"] if met else None, "last_s": last.get("train_s"),
+            "last_step": last.get("step"), "confirmed": any(line.get("kind") == "confirm" for line in body)}

@@ -1,5 +1,6 @@
-"""The results page (book/part3/02_results.md) reads as figures: every section opens with a figure that has alt
-text, its tables are folded below it, and each provenance line is printed once."""
+"""The results page (book/part3/02_results.md) reads as figures: every section opens with a figure that
+has alt text (or says which benchmark has not run yet), its tables are folded below it, and each provenance
+line is printed once."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ SOURCE = BOOK / "part3" / "02_results.md"
 
 
 def _cell_options(text: str) -> list[tuple[dict, str]]:
-    """(options, code) of every code cell: the YAML block between ``---`` lines, or the ``:key: value`` lines."""
+    """(options, code) of every code cell; options: the YAML block between ``---`` lines, if any."""
     out = []
     for cell in CELL.finditer(text):
         code = cell.group(1)
@@ -37,8 +38,8 @@ def test_every_cell_that_draws_a_figure_gives_it_alt_text():
 
 
 class _Sections(HTMLParser):
-    """Per ``<section>`` of the page body (h2 level): its images' alt texts and its tables, inside or outside a
-    ``<details>`` fold."""
+    """Per ``<section>`` of the page body (h2 level): its images' alt texts, its text and its tables, inside
+    or outside a ``<details>`` fold."""
 
     def __init__(self):
         super().__init__()
@@ -51,7 +52,8 @@ class _Sections(HTMLParser):
         if tag == "section":
             self._depth += 1
             if self._depth == 2:
-                self.sections.append({"id": a.get("id"), "alts": [], "tables": 0, "open_tables": 0})
+                self.sections.append({"id": a.get("id"), "alts": [], "tables": 0, "open_tables": 0,
+                                      "text": ""})
         elif tag == "details":
             self._details += 1
         elif self.sections and self._depth >= 2:
@@ -60,6 +62,10 @@ class _Sections(HTMLParser):
             elif tag == "table":
                 self.sections[-1]["tables"] += 1
                 self.sections[-1]["open_tables"] += self._details == 0
+
+    def handle_data(self, data):
+        if self.sections and self._depth >= 2:
+            self.sections[-1]["text"] += data
 
     def handle_endtag(self, tag):
         if tag == "section":
@@ -74,11 +80,15 @@ def _sections() -> list[dict]:
     return parser.sections
 
 
+#: What a section without its benchmark's records says instead of drawing a figure.
+NOT_YET = re.compile(r"Not measured yet on this checkout|No crafting learning curve committed yet")
+
+
 def test_every_section_shows_a_figure_with_alt_text_and_folds_its_tables():
     sections = _sections()
     assert len(sections) >= 10
-    bare = [s["id"] for s in sections if not s["alts"]]
-    assert not bare, f"sections without a figure: {bare}"
+    bare = [s["id"] for s in sections if not s["alts"] and not NOT_YET.search(s["text"])]
+    assert not bare, f"sections without a figure (or a line saying what is not measured yet): {bare}"
     no_alt = [s["id"] for s in sections if not all(s["alts"])]
     assert not no_alt, f"figures without alt text in: {no_alt}"
     unfolded = [s["id"] for s in sections if s["open_tables"]]

@@ -75,6 +75,23 @@ def test_the_machine_line_names_the_cpu_and_its_flags_and_a_change_of_machine():
         "A different machine from the section above: the records differ in platform.")
     assert results.machine_line({"machine": new}, dict(old, platform="Linux-b")).endswith(
         "Its record shows no difference from the machine of the section above.")
+    # only the cores to compare: a curve's header names the CPU, an old record the platform
+    assert results.machine_line({"machine": {"cores": 2, "cpu": "X"}}, old).endswith(
+        "is not known: the two records share no CPU model or platform.")
+
+
+def test_curves_are_read_by_file_and_an_unreadable_one_is_named_not_fatal(tmp_path):
+    assert results.load_curves(tmp_path / "absent") == ({}, [])
+    (tmp_path / "a-seed0.jsonl").write_text('{"kind": "header", "seed": 0}\n\n{"kind": "sample", "step": 5}\n')
+    (tmp_path / "broken.jsonl").write_text("{not json\n")
+    (tmp_path / "headless.jsonl").write_text('{"kind": "sample"}\n')
+    (tmp_path / "notes.txt").write_text("ignored")
+    curves, problems = results.load_curves(tmp_path)
+    assert curves == {"a-seed0": [{"kind": "header", "seed": 0}, {"kind": "sample", "step": 5}]}
+    assert len(problems) == 2
+    assert problems[0].startswith("broken.jsonl is not readable as JSON lines") and "copy" in problems[0]
+    assert problems[1] == ("headless.jsonl does not start with the curve's header line: "
+                           "copy the whole curve.jsonl")
 
 
 def test_a_folded_table_becomes_a_dropdown_and_refuses_a_fence_inside():
