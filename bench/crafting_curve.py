@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _results import commit, cpu_model  # noqa: E402
+from _results import commit, cpu_flags, cpu_model  # noqa: E402
 
 from agent_lab import timing  # noqa: E402
 from agent_lab import trainer as T  # noqa: E402
@@ -79,17 +79,6 @@ class CurveOptions:
 def target_share(level: int) -> float:
     """The share of the planner's success that level ``level`` must reach: 0.95 at depth <= 2, else 0.80."""
     return 0.95 if level <= 2 else 0.80
-
-
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
-    """Whether the CPU has AVX2, AVX-512 (foundation) and AMX (tiles with bf16): what its fp32 and bf16 matmul
-    speed hang on."""
-    try:
-        lines = cpuinfo.read_text().splitlines()
-    except OSError:
-        lines = []
-    flags = next((set(line.split(":", 1)[1].split()) for line in lines if line.startswith("flags")), set())
-    return {"avx2": "avx2" in flags, "avx512": "avx512f" in flags, "amx": {"amx_tile", "amx_bf16"} <= flags}
 
 
 def curve_config(opts: CurveOptions) -> TrainConfig:

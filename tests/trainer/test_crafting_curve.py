@@ -90,6 +90,10 @@ def test_a_cut_off_curve_resumes_to_the_uninterrupted_one_bit_for_bit(uninterrup
                 ("confirm", 7, "rl")]
     assert [(x["kind"], x["step"], x["phase"]) for x in lines[1:]] == expected
     assert lines[-1]["demonstrations"] == 16 and lines[-1]["episodes"] == 24
+    head = lines[0]
+    described = (head["kind"], head["recipe"], head["decoding"], head["candidate_mask"])
+    assert described == ("header", "crafting-quick", "greedy", True)
+    assert {"cpu", "cpu_flags", "torch_threads", "command"} <= set(head) and head["torch_threads"] == 1
     assert all(x["loss"] is not None for x in lines[1:])
     mine, theirs = weights(tmp_path), weights(whole)
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
@@ -149,12 +153,3 @@ def test_evaluations_fall_every_n_steps_of_each_phase_and_at_each_phase_end():
         step = C.next_stop(step, sft_steps=7, total=12, every_sft=3, every_rl=2)
         stops.append(step)
     assert stops == [3, 6, 7, 9, 11, 12]
-
-
-def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
-    info = tmp_path / "cpuinfo"
-    info.write_text("model name\t: X\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
-    assert C.cpu_flags(info) == {"avx2": True, "avx512": True, "amx": True}
-    info.write_text("flags\t\t: fpu avx2\n")
-    assert C.cpu_flags(info) == {"avx2": True, "avx512": False, "amx": False}
-    assert C.cpu_flags(tmp_path / "missing") == {"avx2": False, "avx512": False, "amx": False}
