@@ -8,7 +8,8 @@ per student, so a crash, a hang or a parser bug concerns that entry alone.  The 
 3. runs the student's cells in the sandboxed kernel (:class:`agent_lab.grading.session.KernelSession`);
 4. runs every test cell of the course's source notebook here, in this process, calling the student's functions
    across the process boundary (:mod:`agent_lab.grading.runner`);
-5. writes ``result.json`` and the executed notebook (test cells carry the grader's verdicts as outputs).
+5. writes ``result.json`` and the executed notebook (test cells carry the grader's verdicts as outputs), with
+   every markdown cell and output made inert (:mod:`autograder.untrusted`): instructors open it in formgrader.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ if str(REPO) not in sys.path:  # run as ``python -m autograder.worker`` from any
 
 from agent_lab.grading import notebook, runner  # noqa: E402
 from agent_lab.grading.session import KernelSession, SessionLimits, error_output  # noqa: E402
-from autograder import sandbox, submissions  # noqa: E402
+from autograder import sandbox, submissions, untrusted  # noqa: E402
 
 
 @dataclass
@@ -119,7 +120,8 @@ def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
               "notes": notes + assembly_notes + file_notes + session.notes,
               "review": submissions.suspicious_code(notebook.own_cells(release, cells)),
               "manual": manual_answers(nb, runner.manual_cells(source_nb))}
-    return result, nb
+    # Sanitised only now: nbgrader's "answered" rule compares the answer cells as the student wrote them.
+    return result, untrusted.clean_notebook(nb)
 
 
 def main(argv: list[str]) -> int:
