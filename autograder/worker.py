@@ -124,8 +124,24 @@ def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
     return result, untrusted.clean_notebook(nb)
 
 
+def cap_memory(limit_bytes: int) -> None:
+    """Bound this process's heap (RLIMIT_DATA) to ``limit_bytes``: the grader's side of one submission may use
+    as much memory as its kernel, and a runaway test fails with ``MemoryError`` instead of growing unchecked.
+
+    The data segment, not the address space: torch maps far more address space than it uses. Only the soft
+    limit is set, and the kernel this worker starts inherits it harmlessly: the sandbox caps the kernel's
+    address space at the same ``memory_bytes``, and its data segment lies within that.
+    """
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+
+
 def main(argv: list[str]) -> int:
     job = Job(**json.loads(Path(argv[0]).read_text()))
+    cap_memory(int(job.limits["memory_bytes"]))
     scratch = Path(job.scratch)
     os.environ["TMPDIR"] = tempfile.tempdir = str(scratch)  # the trainer's run folders go with the scratch
     import torch
