@@ -1,9 +1,9 @@
 """What a student's function returns cannot make the grader's side large, slow or dead (issue 47, 5 and 6).
 
-A tiny torch assignment is graded end to end in the sandbox for three entries: an honest one, one whose correct
-answers are views of unusual layouts (a one-element tensor of stride 2), and one whose function returns a
-64 MiB tensor where a few bytes are expected. Each worker runs under a wrapper that records its own peak
-resident memory and its data-segment limit when it exits.
+A tiny torch assignment is graded end to end in the sandbox for three entries: an honest one, one whose
+correct answers are views of unusual layouts (a one-element tensor of stride 2), and one whose function
+returns a 64 MiB tensor where a few bytes are expected. Each worker runs under a wrapper that records its own
+peak resident memory and its data-segment limit when it exits.
 """
 from __future__ import annotations
 
@@ -58,9 +58,10 @@ TESTS = {
     "test_double": ("x = torch.tensor([1, 2, 3], dtype=torch.uint8)\nout = _check.call(double, x)\n"
                     "_check.check_tensor(out, 'double(x)', (3,), torch.uint8)\n"
                     "_check.check_close(out, [2, 4, 6], 'double(x)')", 2),
-    "test_double_values": ("_check.check_close(_check.call(double, torch.tensor([5], dtype=torch.uint8)), [10], "
-                           "'double(x)')", 1),
-    "test_double_hidden": ("### BEGIN HIDDEN TESTS\nout = _check.call(double, torch.tensor([7], dtype=torch.uint8))\n"
+    "test_double_values": ("_check.check_close(_check.call(double, torch.tensor([5], dtype=torch.uint8)), "
+                           "[10], 'double(x)')", 1),
+    "test_double_hidden": ("### BEGIN HIDDEN TESTS\n"
+                           "out = _check.call(double, torch.tensor([7], dtype=torch.uint8))\n"
                            "_check.check_close(out, [14], 'double(x)')\n### END HIDDEN TESTS", 1),
     "test_half": ("_check.check_close(_check.call(half, torch.tensor([3.0])), [1.5], 'half(x)')", 1),
 }

@@ -174,8 +174,8 @@ class Checks:
         shape, dtype = self.shape_and_dtype(x, what)
         if x.numel() > MAX_VALUES:
             got = "" if self.hidden else f" (shape {shape}, {x.numel()} values)"
-            raise AssertionError(f"{what} returned far more values than the test expects{got}: check the shape "
-                                 "of what it returns")
+            raise AssertionError(f"{what} returned far more values than the test expects{got}: check the "
+                                 "shape of what it returns")
         return shape, dtype, x.detach().tolist()
 
     def check_tensor(self, x: Any, what: str, shape: tuple, dtype: torch.dtype) -> None:

@@ -2,9 +2,9 @@
 
 Both ends use this module, but only the grader's end is trusted: everything :func:`decode` reads may have been
 written by student code, so it accepts a small, closed set of types and checks every size before it allocates.
-A frame holds at most :data:`MAX_FRAME` bytes: :func:`recv` refuses a longer one from its length prefix, before
-reading or allocating it, and :func:`encode` measures each tensor before copying it (an expanded view of a huge
-shape is refused, not materialised). Any tensor layout is sent as its values in row-major order.
+A frame holds at most :data:`MAX_FRAME` bytes: :func:`recv` refuses a longer one from its length prefix,
+before reading or allocating it, and :func:`encode` measures each tensor before copying it (an expanded view
+of a huge shape is refused, not materialised). Any tensor layout is sent as its values in row-major order.
 
 A frame is ``8-byte big-endian length | 4-byte header length | header JSON | buffer 0 | buffer 1 | ...``; the
 header is ``{"v": value, "buffers": [len0, len1, ...]}`` and a value is JSON with a few tagged objects:
