@@ -23,12 +23,13 @@ def test_a_curve_holds_each_evaluation_until_the_next():
     assert [rf.held(curve, x) for x in (0, 5, 10, 19, 25)] == [0.0, 0.0, 0.5, 0.5, 1.0]
 
 
-def test_the_median_curve_covers_only_where_every_seed_has_run():
+def test_the_median_curve_starts_where_every_seed_has_started_and_holds_ended_seeds():
     a = [(0, 0.0), (10, 0.5), (20, 1.0)]
     b = [(5, 0.25), (15, 0.75)]
     c = [(0, 0.0), (30, 1.0)]
-    # x from 5 (b's first point) to 15 (b's last); at 10: a 0.5, b 0.25, c 0.0 -> median 0.25
-    assert rf.median_curve([a, b, c]) == [(5, 0.0), (10, 0.25), (15, 0.5)]
+    # from 5 (b's first point); at 10: a 0.5, b 0.25, c 0.0; after 15 b holds 0.75, after 20 a holds 1.0
+    assert rf.median_curve([a, b, c]) == [(5, 0.0), (10, 0.25), (15, 0.5), (20, 0.75), (30, 1.0)]
+    assert rf.median_curve([a, b, c], hold=False) == [(5, 0.0), (10, 0.25), (15, 0.5)]  # b ends at 15
     assert rf.median_curve([]) == [] and rf.median_curve([[], a]) == a
 
 

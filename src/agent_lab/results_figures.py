@@ -42,21 +42,25 @@ def held(curve: Curve, x: float) -> float:
     return value
 
 
-def median_curve(curves: list[Curve]) -> Curve:
-    """The median over seeds at every point of any seed where all seeds have started and none has ended."""
+def median_curve(curves: list[Curve], hold: bool = True) -> Curve:
+    """The median over seeds at every point of any seed from where all seeds have started. ``hold``: a seed
+    that has ended holds its last value (runs that stop at the optimum stay there); else the median ends with
+    the shortest seed (runs cut by a budget say nothing past their end)."""
     curves = [sorted(c) for c in curves if c]
     if not curves:
         return []
-    start, end = max(c[0][0] for c in curves), min(c[-1][0] for c in curves)
+    start = max(c[0][0] for c in curves)
+    end = max(c[-1][0] for c in curves) if hold else min(c[-1][0] for c in curves)
     xs = sorted({x for c in curves for x, _ in c if start <= x <= end})
     return [(x, statistics.median(held(c, x) for c in curves)) for x in xs]
 
 
-def draw_seeds(ax, curves: list[Curve], color, label: str) -> None:
-    """Each seed's curve thin, their median bold (labelled), as steps held until the next evaluation."""
+def draw_seeds(ax, curves: list[Curve], color, label: str, hold: bool = True) -> None:
+    """Each seed's curve thin, their median bold (labelled), as steps held until the next evaluation;
+    ``hold`` as in :func:`median_curve`."""
     for c in curves:
         ax.plot(*zip(*sorted(c)), color=color, drawstyle="steps-post", **THIN)
-    med = median_curve(curves)
+    med = median_curve(curves, hold)
     if med:
         ax.plot(*zip(*med), color=color, drawstyle="steps-post", label=label, **BOLD)
 
@@ -155,7 +159,8 @@ def trl_facts(rows: list[dict]) -> dict:
         ours, trl = sides["agent-lab"], sides["TRL"]
         rate = {k: s["steps"] / s["seconds"] for k, s in sides.items()}
         seeds[seed] = {"rate": rate, "ratio": rate["agent-lab"] / rate["TRL"],
-                       "trl_greedy": trl["final_greedy"],
+        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side,
+                   hold=False)
                        "ours_at_trl_episodes": trl["agent_lab_greedy_at_these_episodes"],
                        "best_greedy": {k: max(p[1] for p in s["curve"]) for k, s in sides.items()}}
     ratios = [s["ratio"] for s in seeds.values()]
@@ -174,7 +179,8 @@ def trl_figure(rows: list[dict], optimum: float):
         rates = [r["steps"] / r["seconds"] for r in mine]
         rate_ax.plot([i] * len(rates), rates, "o", color=COLORS[i], alpha=0.6)
         rate_ax.plot([i], [statistics.median(rates)], "_", color="black", ms=22, mew=2.5)
-        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side)
+        # each side ran for the same seconds, not episodes: its median ends with its shortest seed
+        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side, hold=False)
     rate_ax.set_xticks(range(len(sides)), sides)
     rate_ax.set_xlim(-0.6, len(sides) - 0.4)
     rate_ax.set_ylim(bottom=0)
