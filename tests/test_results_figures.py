@@ -29,7 +29,8 @@ def test_the_median_curve_starts_where_every_seed_has_started_and_holds_ended_se
     c = [(0, 0.0), (30, 1.0)]
     # from 5 (b's first point); at 10: a 0.5, b 0.25, c 0.0; after 15 b holds 0.75, after 20 a holds 1.0
     assert rf.median_curve([a, b, c]) == [(5, 0.0), (10, 0.25), (15, 0.5), (20, 0.75), (30, 1.0)]
-    assert rf.median_curve([a, b, c], hold=False) == [(5, 0.0), (10, 0.25), (15, 0.5)]  # b ends at 15
+    # without holding, the median ends with b, the shortest seed
+    assert rf.median_curve([a, b, c], hold=False) == [(5, 0.0), (10, 0.25), (15, 0.5)]
     assert rf.median_curve([]) == [] and rf.median_curve([[], a]) == a
 
 
@@ -159,7 +160,7 @@ def _figures():
 
 def test_every_figure_draws_from_the_committed_records_at_the_books_width():
     for fig in _figures():
-        assert fig.get_figwidth() == rf.WIDTH, "wider figures are shrunk by the page, and their type with them"
+        assert fig.get_figwidth() == rf.WIDTH, "a wider figure is shrunk by the page, its type too"
         assert fig.axes and all(ax.has_data() for ax in fig.axes)
         plt.close(fig)
 

@@ -159,8 +159,7 @@ def trl_facts(rows: list[dict]) -> dict:
         ours, trl = sides["agent-lab"], sides["TRL"]
         rate = {k: s["steps"] / s["seconds"] for k, s in sides.items()}
         seeds[seed] = {"rate": rate, "ratio": rate["agent-lab"] / rate["TRL"],
-        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side,
-                   hold=False)
+                       "trl_greedy": trl["final_greedy"],
                        "ours_at_trl_episodes": trl["agent_lab_greedy_at_these_episodes"],
                        "best_greedy": {k: max(p[1] for p in s["curve"]) for k, s in sides.items()}}
     ratios = [s["ratio"] for s in seeds.values()]
@@ -180,7 +179,8 @@ def trl_figure(rows: list[dict], optimum: float):
         rate_ax.plot([i] * len(rates), rates, "o", color=COLORS[i], alpha=0.6)
         rate_ax.plot([i], [statistics.median(rates)], "_", color="black", ms=22, mew=2.5)
         # each side ran for the same seconds, not episodes: its median ends with its shortest seed
-        draw_seeds(curve_ax, [[tuple(p) for p in r["curve"]] for r in mine], COLORS[i], side, hold=False)
+        curves = [[tuple(p) for p in r["curve"]] for r in mine]
+        draw_seeds(curve_ax, curves, COLORS[i], side, hold=False)
     rate_ax.set_xticks(range(len(sides)), sides)
     rate_ax.set_xlim(-0.6, len(sides) - 0.4)
     rate_ax.set_ylim(bottom=0)
