@@ -41,6 +41,7 @@ import nbformat
 
 from agent_lab.grading import runner
 from agent_lab.grading.session import plain_text
+from agent_lab.grading.trained_agent import ACCEPT_REFERENCE_ENV, REVIEW_FLAG
 from . import sandbox, submissions
 from .sandbox import KernelCgroup, Limits
 from .worker import Job
@@ -120,11 +121,14 @@ def _ensure_venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def _run_process(argv: list[str], cwd: Path, timeout: float | None = None, log: Path | None = None) -> int:
+def _run_process(argv: list[str], cwd: Path, timeout: float | None = None, log: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> int:
     """Run ``argv`` in its own session with the output to ``log``; past ``timeout`` kill its whole group."""
     _ensure_venv_on_path()
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONHASHSEED="0", MPLBACKEND="Agg", OMP_NUM_THREADS="1")
     env.pop("JUPYTER_CONFIG_DIR", None)
+    env.pop(ACCEPT_REFERENCE_ENV, None)  # only a batch that asks for it (the bundled samples) accepts the reference
+    env.update(extra_env or {})
     with open(log or os.devnull, "ab") as out:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -188,9 +192,16 @@ def _from_json(data: dict) -> StudentResult:
     records = [(str(table), dict(row)) for t in data["tests"] for table, row in t.get("records", [])]
     manual = [{"grade_id": str(m["grade_id"]), "points": float(m["points"]), "answered": bool(m["answered"])}
               for m in data.get("manual", [])]
+    review = [str(r) for r in data.get("review", [])] + flagged(tests)
     return StudentResult(str(data["student"]), str(data["status"]), tests, [str(n) for n in data["notes"]],
-                         float(data.get("seconds", 0.0)), [str(r) for r in data.get("review", [])], manual,
-                         records)
+                         float(data.get("seconds", 0.0)), review, manual, records)
+
+
+def flagged(tests: list[TestResult]) -> list[str]:
+    """Review-column words for the tests that failed with a message flagging the submission for a person (a
+    copy of the course's reference agent, say); a student who writes the words into a message flags only
+    themselves."""
+    return [f"flagged:{t.grade_id}" for t in tests if REVIEW_FLAG in t.message and t.score < t.max_score]
 
 
 @dataclass(frozen=True)
@@ -208,6 +219,7 @@ class Batch:
     cpus_per_kernel: float
     worker: tuple = ("-m", "autograder.worker")   # the worker's arguments after the interpreter
     margin_s: float = 180.0                        # past the notebook budget, the worker is killed
+    accept_reference: bool = False                 # the bundled samples hand in the reference agent on purpose
 
 
 def _failed(entry: submissions.Entry, batch: Batch, note: str) -> StudentResult:
@@ -246,7 +258,8 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
                   dict(batch.timeouts), procs, list(entry.notes))
         (scratch / "job.json").write_text(json.dumps(asdict(job), indent=1))
         code = _run_process([sys.executable, *batch.worker, str(scratch / "job.json")], cwd=REPO,
-                            timeout=batch.limits.notebook_timeout + batch.margin_s, log=log)
+                            timeout=batch.limits.notebook_timeout + batch.margin_s, log=log,
+                            extra_env={ACCEPT_REFERENCE_ENV: "1"} if batch.accept_reference else None)
         if not (scratch / "result.json").exists():
             raise RuntimeError(f"the grading process exited with code {code} and wrote no result")
         result = _from_json(json.loads((scratch / "result.json").read_text()))
@@ -429,10 +442,12 @@ def summary_table(results: list[StudentResult]) -> str:
 def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Path = DEFAULT_SOURCE,
               assignment: str = DEFAULT_ASSIGNMENT, jobs: int | None = None,
               limits: Limits = Limits(), keep_runs: bool = False,
-              timeouts: dict[str, int] | None = None, cpus_per_kernel: float = 1.0) -> list[StudentResult]:
+              timeouts: dict[str, int] | None = None, cpus_per_kernel: float = 1.0,
+              accept_reference: bool = False) -> list[StudentResult]:
     """Grade every submission in ``submissions_dir``; return results in student order.
 
-    ``timeouts`` maps grade ids to test timeouts that differ from ``limits.cell_timeout``.
+    ``timeouts`` maps grade ids to test timeouts that differ from ``limits.cell_timeout``; ``accept_reference``
+    lets a checkpoint equal to the course's reference agent earn points (for the bundled samples only).
     """
     sandbox.check_available()
     _ensure_venv_on_path()
@@ -448,7 +463,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     batch = Batch(assignment, out, run_id, release, source,
                   runner.test_cells(nbformat.read(source, as_version=4)), limits, dict(timeouts or {}),
-                  cpus_per_kernel)
+                  cpus_per_kernel, accept_reference=accept_reference)
     if KernelCgroup.detect() is None:
         print("grade: warning: no cgroup hierarchy with the cpu, memory and pids controllers is writable here, "
               "so kernels run with per-process limits only and one submission's processes can slow another's",
@@ -498,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus-per-kernel", type=float, default=1.0,
                         help="CPU cores each student's kernel may use together with its children (cgroup)")
     parser.add_argument("--keep-runs", action="store_true", help="keep each student's scratch folder")
+    parser.add_argument("--accept-reference-checkpoint", action="store_true",
+                        help="let a copy of the course's reference agent earn points (the bundled samples only)")
     args = parser.parse_args(argv)
     if args.export_only:
         print(f"grades: {export_gradebook(args.out.resolve())}")
@@ -513,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         results = grade_all(args.submissions, out=args.out, source_root=args.source,
                             assignment=args.assignment, jobs=args.jobs, limits=limits,
-                            keep_runs=args.keep_runs, cpus_per_kernel=args.cpus_per_kernel)
+                            keep_runs=args.keep_runs, cpus_per_kernel=args.cpus_per_kernel,
+                            accept_reference=args.accept_reference_checkpoint)
     except (ValueError, RuntimeError) as exc:
         print(f"grade: {exc}", file=sys.stderr)
         return 2

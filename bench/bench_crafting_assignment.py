@@ -66,7 +66,7 @@ def train_reference(seed: int, cpu_threads: int, out: Path) -> dict:
                            recipe="crafting-assignment", seed=seed)
     evaluation = {}
     for name, groups in cell_constants().items():
-        for group, report in evaluate_checkpoint(path, "crafting-assignment", groups).items():
+        for group, report in evaluate_checkpoint(path, "crafting-assignment", groups, references=()).items():
             evaluation[f"{name} {group}"] = {"success": report.success, "ci": [report.ci_low, report.ci_high],
                                              "n": report.n, "planner": report.optimum}
     record = {"seed": seed, "sft_seconds": round(sft_s, 1), "train_seconds": round(train_s, 1),

@@ -24,9 +24,10 @@ if [ "$(realpath "$dir")" = "$(realpath autograder/samples)" ]; then
     # shellcheck disable=SC2086
     "$PY" -m autograder.grade autograder/_work/samples ${GRADE_ARGS:-}
     "$PY" -m autograder.samples autograder/_work/crafting_agent/samples crafting_agent
+    # The reference sample hands in the course's reference agent on purpose; a student's copy earns nothing.
     # shellcheck disable=SC2086
     exec "$PY" -m autograder.grade autograder/_work/crafting_agent/samples --assignment crafting_agent \
-        --out autograder/_work/crafting_agent ${GRADE_ARGS:-}
+        --out autograder/_work/crafting_agent --accept-reference-checkpoint ${GRADE_ARGS:-}
 fi
 # shellcheck disable=SC2086
 exec "$PY" -m autograder.grade "$dir" ${GRADE_ARGS:-}

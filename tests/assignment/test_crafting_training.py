@@ -33,7 +33,9 @@ def _agent_scores(files):
     return score
 
 
-def test_the_reference_agent_passes_every_agent_test_and_lands_on_the_leaderboard():
+def test_the_reference_agent_passes_every_agent_test_and_lands_on_the_leaderboard(monkeypatch):
+    from agent_lab.grading.trained_agent import ACCEPT_REFERENCE_ENV
+    monkeypatch.setenv(ACCEPT_REFERENCE_ENV, "1")  # a student's copy of it earns nothing (tests/autograder)
     score = _agent_scores({"crafting_agent.pt": REFERENCE})
     assert all(score.passed[g] for g in AGENT_TESTS), {g: score.messages[g] for g in AGENT_TESTS}
     assert "seen goals: success" in score.messages["test_trained_agent_seen_goals_hidden"]

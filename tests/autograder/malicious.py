@@ -23,6 +23,7 @@ from pathlib import Path
 import nbformat
 
 from autograder.samples import BUGGY, fill, solution_sources
+from autograder.submissions import safe_id
 
 FUNCTIONS = ("reward_to_go", "reinforce_loss", "dr_grpo_advantages", "dr_grpo_loss")
 TRAINING_USES = ("dr_grpo_advantages", "dr_grpo_loss")
@@ -268,8 +269,8 @@ def _malformed_and_odd_names(b: _Builder) -> None:
           raw=json.dumps(dict(reference, nbformat=5)).encode())
     b.add(Case("nested_brackets", status="invalid", note="not valid notebook JSON"),
           raw=b"[" * 100_000 + b"]" * 100_000)
-    for folder, sid in (("bob smith", "bob_smith"), ("jos\u00e9", "jose"), ("-rf", "rf")):
-        b.add(Case(sid, folder=folder, note="is not a safe id"))
+    for folder in ("bob smith", "jos\u00e9", "-rf"):
+        b.add(Case(safe_id(folder), folder=folder, note="is not a safe id"))
 
 
 def _older_attacks(b: _Builder, secrets: dict[str, str]) -> None:
