@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import RESULTS, save_section  # noqa: E402
 
-from agent_lab.config import OPTION_OF, TrainConfig  # noqa: E402
+from agent_lab.config import TrainConfig, flat_keywords  # noqa: E402
 from agent_lab.envs import make_env  # noqa: E402
 from agent_lab.evaluation import evaluate  # noqa: E402
 from agent_lab.recipes import CRAFTING, RECIPES  # noqa: E402
@@ -46,7 +46,8 @@ ARMS = (("Dr.GRPO", "dr_grpo", {}), ("GiGPO, state anchors", "gigpo", {"anchor":
 
 def settings(**overrides) -> dict:
     """The assignment's cold start (its algorithm's own options dropped) with the crafting recipe's RL phase."""
-    base = {k: v for k, v in RECIPES["crafting-assignment"].settings.items() if k not in OPTION_OF}
+    options = {k for k, s in flat_keywords().items() if s.place == "options"}  # algorithms' own settings
+    base = {k: v for k, v in RECIPES["crafting-assignment"].settings.items() if k not in options}
     rl = {k: CRAFTING[k] for k in ("lr", "batch_size", "group_size")}
     return {**base, **rl, "objective": None, **overrides}
 

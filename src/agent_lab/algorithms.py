@@ -11,20 +11,24 @@ An algorithm says everything the trainer needs to know about it, so the trainer 
   of the policy when RL starts), ``epochs`` and ``minibatches`` per rollout batch;
 * ``describe()``: the exact loss, printed and saved at the start of each run.
 
-Its own settings are its dataclass fields (PPO's ``clip_eps``, REINFORCE's ``baseline``), passed by name to
-:func:`make_algorithm`. What makes GRPO differ from Dr.GRPO is visible below: a standardised versus a centred
-advantage, and a per-sequence versus a constant normaliser. A new algorithm is one class with ``@register``.
+Its own settings are its dataclass fields declared with ``agent_lab.config.setting`` (PPO's ``clip_eps``,
+REINFORCE's ``baseline``): a default, a help text and, where the field's name would be ambiguous among all
+algorithms, its flat keyword (``ppo_epochs``). They are passed by name to :func:`make_algorithm`, and the flat
+keywords and the command line's flags are generated from them. What makes GRPO differ from Dr.GRPO is visible
+below: a standardised versus a centred advantage, and a per-sequence versus a constant normaliser. A new
+algorithm is one class with ``@register``, in this file or a file of its own.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from agent_lab.config import declared, declared_options, make_declared, setting
 from agent_lab.estimators.advantages import (
     group_centered_advantages,
     group_standardized_advantages,
@@ -147,7 +151,8 @@ class Algorithm:
         }[self.objective]
 
 
-_REGISTRY: dict[str, type[Algorithm]] = {}
+#: name -> class; the registry lives in agent_lab.config, which reads each class's declared options from it.
+_REGISTRY: dict[str, type[Algorithm]] = declared("algorithm")
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
@@ -167,10 +172,10 @@ class Reinforce(Algorithm):
     """REINFORCE (Williams 1992) with an optional baseline; with ``reward_to_go`` each action is credited
     only with the rewards from its own turn on (``[B, T]`` credit placed on tokens by turn id)."""
 
-    baseline: str = "none"  # none | constant | running_mean
-    baseline_value: float = 0.0  # the constant baseline
-    reward_to_go: bool = False
-    gamma: float = 1.0  # discount of the reward-to-go
+    baseline: str = setting("none", "none | constant | running_mean")
+    baseline_value: float = setting(0.0, "the constant baseline's value")
+    reward_to_go: bool = setting(False, "credit each action with the rewards from its own turn on")
+    gamma: float = setting(1.0, "discount of the reward-to-go")
 
     name: ClassVar[str] = "reinforce"
 
@@ -277,9 +282,10 @@ class GiGPO(Algorithm):
     """GiGPO (Feng et al. 2025): Dr.GRPO's episode advantage plus a step advantage from anchor states, the turns
     of a group's episodes that act in the same environment state (``estimators.anchor_state_advantages``)."""
 
-    step_weight: float = 1.0  # omega: 0 gives Dr.GRPO's advantage on every turn
-    gamma: float = 1.0  # discount of the reward-to-go inside the step term
-    anchor: str = "state"  # state | history (see anchor_keys)
+    step_weight: float = setting(1.0, "weight omega of the anchor-state step advantage (0: Dr.GRPO)")
+    gamma: float = setting(1.0, "discount of the reward-to-go inside the step term", flat="gigpo_gamma")
+    anchor: str = setting("state", "turns share a baseline when they act in the same state | history "
+                                   "(see anchor_keys)")
 
     name: ClassVar[str] = "gigpo"
     needs_groups: ClassVar[bool] = True
@@ -320,8 +326,8 @@ class GiGPO(Algorithm):
 class RestEM(Algorithm):
     """ReST-EM: keep episodes with return >= threshold, maximise their log-likelihood for ``epochs`` passes."""
 
-    epochs: int = 2
-    threshold: float = 1.0
+    epochs: int = setting(2, "passes over the kept episodes of each batch", flat="rest_em_epochs")
+    threshold: float = setting(1.0, "keep episodes whose return reaches this", flat="rest_em_threshold")
 
     name: ClassVar[str] = "rest_em"
     default_objective: ClassVar[str] = "token_mean"
@@ -357,11 +363,11 @@ class PPO(Algorithm):
     pi_ref). After the first epoch the samples are mu's, not pi's, and neither statement holds exactly; the
     logged ``kl_new_ref_k3_on_old`` reweights by rho and stays unbiased."""
 
-    epochs: int = 4
-    minibatches: int = 1
-    clip_eps: float = 0.2
-    kl_coef: float = 0.0  # KL penalty to the frozen reference
-    kl_kind: str = "k3"
+    epochs: int = setting(4, "passes over each rollout batch", flat="ppo_epochs")
+    minibatches: int = setting(1, "optimizer steps per pass")
+    clip_eps: float = setting(0.2, "the ratio is clipped to [1 - clip_eps, 1 + clip_eps]")
+    kl_coef: float = setting(0.0, "weight of the KL penalty to the frozen reference (0: none)")
+    kl_kind: str = setting("k3", "the KL estimator of the penalty, k1 | k2 | k3")
 
     name: ClassVar[str] = "ppo"
     needs_groups: ClassVar[bool] = True
@@ -432,11 +438,12 @@ class PPOCritic(PPO):
     lambda-returns for ``critic_steps`` Adam steps. The clipped surrogate and its options are PPO's; the critic
     and its optimizer are saved in the checkpoint (:meth:`state_dict`)."""
 
-    gamma: float = 1.0  # discount over turns
-    gae_lambda: float = 0.95  # 0: one-step TD residual (most bias), 1: Monte-Carlo return minus V (most variance)
-    critic_lr: float = 3e-3
-    critic_steps: int = 50  # full-batch Adam steps on the value loss per rollout batch
-    critic_hidden: int = 64  # width of the critic's two tanh layers
+    gamma: float = setting(1.0, "discount over turns", flat="gae_gamma")
+    gae_lambda: float = setting(0.95, "GAE's lambda over turns (0: TD residual of the critic, most bias; "
+                                      "1: return minus the critic, most variance)")
+    critic_lr: float = setting(3e-3, "the critic's Adam learning rate")
+    critic_steps: int = setting(50, "full-batch Adam steps on the value loss per rollout batch")
+    critic_hidden: int = setting(64, "width of the critic's two tanh layers")
 
     name: ClassVar[str] = "ppo_gae"
     needs_groups: ClassVar[bool] = False
@@ -524,8 +531,9 @@ class VinePPO(PPO):
     (``estimators.branching_advantages``), unbiased for A(h_t, a_t) on every turn. Every turn of every episode
     costs ``branches`` extra episodes, counted in the run's episodes. The clipped surrogate is PPO's."""
 
-    branches: int = 2  # K continuations per turn
-    gamma: float = 1.0  # discount over turns
+    branches: int = setting(2, "K continuations sampled from the state before each turn (each counts "
+                               "as an episode)")
+    gamma: float = setting(1.0, "discount over turns", flat="vine_gamma")
 
     name: ClassVar[str] = "vineppo"
     needs_groups: ClassVar[bool] = False
@@ -579,24 +587,25 @@ class SFT(Algorithm):
                 f"{self._normaliser()}; {_MASK}")
 
 
+def rl_algorithms() -> tuple[str, ...]:
+    """The registered algorithms that learn from rollouts (all but SFT), any registered since import too."""
+    return tuple(n for n, c in _REGISTRY.items() if c.uses_rollouts)
+
+
+#: The built-in algorithms (registered above), and those of them that learn from rollouts.
 ALGORITHMS = tuple(_REGISTRY)
-RL_ALGORITHMS = tuple(n for n, c in _REGISTRY.items() if c.uses_rollouts)
+RL_ALGORITHMS = rl_algorithms()
 #: Each algorithm's normalisation (the lecture's and the papers' choices).
 DEFAULT_OBJECTIVE = {n: c.default_objective for n, c in _REGISTRY.items()}
 
 
 def options_of(name: str) -> tuple[str, ...]:
-    """The settings algorithm ``name`` accepts (its own dataclass fields)."""
-    base = {f.name for f in fields(Algorithm)}
-    return tuple(f.name for f in fields(_REGISTRY[name]) if f.name not in base)
+    """The settings algorithm ``name`` accepts (its fields declared with ``setting``)."""
+    return declared_options(_REGISTRY[name])
 
 
 def make_algorithm(name: str, *, group_size: int, max_tokens: int, objective: str | None = None,
                    **options: Any) -> Algorithm:
     """Build the algorithm called ``name`` (one of :data:`ALGORITHMS`) with its own ``options``."""
-    if name not in _REGISTRY:
-        raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {name!r}")
-    unknown = sorted(set(options) - set(options_of(name)))
-    if unknown:
-        raise ValueError(f"algo {name!r} has no option {unknown[0]!r}; its options are {list(options_of(name))}")
-    return _REGISTRY[name](group_size=group_size, max_tokens=max_tokens, objective=objective, **options)
+    return make_declared("algorithm", name, options, group_size=group_size, max_tokens=max_tokens,
+                         objective=objective)

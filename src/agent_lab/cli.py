@@ -42,55 +42,43 @@ def tour() -> None:
     print("\nNext: `agent-lab train` (train), `make book` (read), assignments/ (do), `make grade SUBMISSIONS=dir`.")
 
 
-#: Flag help for the settings a first run is most likely to change.
-_HELP = {
-    "algo": "reinforce | rloo | grpo | dr_grpo | gigpo | rest_em | ppo | ppo_gae | vineppo (sft: supervised steps only)",
-    "gae_lambda": "ppo_gae: GAE's lambda over turns (0: TD residual of the critic, 1: return minus the critic)",
-    "step_weight": "gigpo: weight of the anchor-state step advantage (0: Dr.GRPO)",
-    "anchor": "gigpo: turns share a baseline when they act in the same state | history",
-    "branches": "vineppo: continuations sampled from the state before each turn (each counts as an episode)",
-    "steps": "RL steps (after the SFT cold start)", "sft_steps": "supervised steps on planner demonstrations first",
-    "batch_size": "episodes per RL step", "group_size": "samples per task (contiguous groups)",
-    "candidate_mask": "sample only actions the environment allows (the structured action mask)",
-    "device": "auto | cuda | mps | cpu", "stop_at_optimum": "stop once greedy success reaches the planner's optimum",
-    "micro_batch_size": "episodes per forward/backward (0: the whole batch); the gradient does not change",
-}
-_TYPES = {"sft_lr": float, "step_weight": float, "gigpo_gamma": float, "objective": str, "run_dir": str,
-          "time_limit_s": float, "max_len": int}
 _GROUP_TITLES = {"model": "model", "sampling": "sampling (the behaviour policy)", "sft": "SFT cold start",
                  "algorithm": "algorithm (RL phase)", "optimizer": "optimizer", "evaluation": "evaluation",
                  "run": "run", "plugins": "the labs' experiments (agent_lab.plugins)"}
 
 
-def _flat_defaults() -> dict[str, tuple[str, Any]]:
-    """Every flat setting: name -> (section it belongs to, TrainConfig's default)."""
-    from agent_lab.config import FLAT, OPTION_OF, PLUGIN_OF, TrainConfig
+def _flag_help(key: str, s) -> str:
+    """A flag's help, from its field's declaration (``agent_lab.config.Flat``); an algorithm's option names
+    the algorithms that take it, and ``--algo`` lists the registered algorithms."""
+    from agent_lab.algorithms import rl_algorithms
 
-    base = TrainConfig().to_dict()
-    out = {k: (sec, base[sec][name]) for k, (sec, name) in FLAT.items()}
-    out.update({k: ("algorithm", default) for k, (_, _, default) in OPTION_OF.items()})
-    out.update({k: ("plugins", default) for k, (_, _, default) in PLUGIN_OF.items()})
-    return out
+    what = s.help
+    if key == "algo":
+        what = f"{what}: {' | '.join(rl_algorithms())}"
+    elif s.place == "options":
+        what = f"{', '.join(s.owners)}: {what}"
+    return f"{what} (TrainConfig default: {s.default})"
 
 
 def _add_train_args(p: argparse.ArgumentParser) -> None:
-    """``--recipe``, then one flag per flat setting (``--batch-size``), grouped by section. Only the flags given
-    reach the configuration (argparse.SUPPRESS), so each overrides the recipe's value."""
+    """``--recipe``, then one flag per flat setting (``--batch-size``), grouped by section, each generated from
+    its declared field (``agent_lab.config.flat_keywords``). Only the flags given reach the configuration
+    (argparse.SUPPRESS), so each overrides the recipe's value."""
+    from agent_lab import algorithms, plugins  # noqa: F401  (their registries declare their options)
+    from agent_lab.config import flat_keywords
+
     p.add_argument("--recipe", default=None, help="a named recipe (agent-lab recipes); default: the environment's")
     p.add_argument("--env", default=argparse.SUPPRESS, help="environment name (default: number-search)")
     p.add_argument("--env-option", dest="env_options", action="append", default=argparse.SUPPRESS,
                    metavar="KEY=VALUE", help="environment option, e.g. --env-option n=16 (repeatable; JSON values)")
     p.add_argument("--seed", type=int, default=argparse.SUPPRESS, help="the seed of every random stream")
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for name, (section, default) in _flat_defaults().items():
+    for key, s in flat_keywords().items():
+        section = "algorithm" if s.place == "options" else s.place
         group = groups.setdefault(section, p.add_argument_group(_GROUP_TITLES[section]))
-        flag, what = "--" + name.replace("_", "-"), _HELP.get(name, name.replace("_", " "))
-        if isinstance(default, bool):
-            group.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=f"{what} (TrainConfig default: {default})")
-        else:
-            group.add_argument(flag, dest=name, type=_TYPES.get(name, type(default)), default=argparse.SUPPRESS,
-                               help=f"{what} (TrainConfig default: {default})")
+        flag, what = "--" + key.replace("_", "-"), _flag_help(key, s)
+        parse = {"action": argparse.BooleanOptionalAction} if s.type is bool else {"type": s.type}
+        group.add_argument(flag, dest=key, default=argparse.SUPPRESS, help=what, **parse)
 
 
 def _parse_value(text: str):
@@ -150,9 +138,12 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _recipes(args: argparse.Namespace) -> int:
-    from agent_lab.recipes import DEFAULT_FOR_ENV, RECIPES, measured
+    from agent_lab.recipes import DEFAULT_FOR_ENV, RECIPES, RESULTS_ENV, measured, results_dir
 
     seen = measured()
+    if results_dir() is None:
+        print(f"(no bench/results here or above; to show make bench's figures, run this inside the course's "
+              f"checkout or set {RESULTS_ENV} to its bench/results)\n")
     defaults = {v: k for k, v in DEFAULT_FOR_ENV.items()}
     for r in RECIPES.values():
         mark = f"  (default for --env {defaults[r.name]})" if r.name in defaults else ""

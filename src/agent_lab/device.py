@@ -7,7 +7,8 @@ import sys
 
 import torch
 
-DEVICE_CHOICES = ("auto", "cuda", "mps", "cpu")
+from agent_lab.config import DEVICE_CHOICES
+
 MAP_THRESHOLD = 1 << 20  # bytes: blocks this large or larger are mapped on their own (map_large_blocks)
 
 

@@ -4,19 +4,22 @@ share, each defined once here (book/part3/00_number_search.md, book/part3/01_cra
 ``recipe("number-search")`` is a :class:`~agent_lab.config.TrainConfig`; keyword overrides replace its fields
 (``recipe("number-search", seed=1)``), as flags given after ``agent-lab train --recipe NAME`` do. ``agent-lab
 recipes`` lists them with their purpose and, when ``make bench`` has measured them on this machine, the
-result it recorded (``bench/results/bench_trainer.json``); the figures live there, not here.
+result it recorded (``bench/results/bench_trainer.json``, found through :func:`results_dir`); the figures live
+there, not here.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_lab import algorithms, plugins  # noqa: F401  (registering them declares their options)
 from agent_lab.config import TrainConfig
 
-__all__ = ["Recipe", "RECIPES", "recipe", "default_recipe", "measured"]
+__all__ = ["Recipe", "RECIPES", "recipe", "default_recipe", "measured", "results_dir", "RESULTS_ENV"]
 
 
 @dataclass(frozen=True)
@@ -129,14 +132,36 @@ def default_recipe(env: str) -> str:
     return DEFAULT_FOR_ENV[env]
 
 
-def results_file() -> Path:
-    return Path(__file__).resolve().parents[2] / "bench" / "results" / "bench_trainer.json"
+#: The folder of make bench's results, where it is not ``bench/results`` below the working directory.
+RESULTS_ENV = "AGENT_LAB_RESULTS"
+
+
+def results_dir() -> Path | None:
+    """Where ``make bench`` keeps its results: the folder ``AGENT_LAB_RESULTS`` names, else ``bench/results`` in
+    the working directory or the nearest of its parents (the course's checkout, wherever in it the command
+    runs); None when there is none. Never a path relative to the installed package, which may be a copy."""
+    given = os.environ.get(RESULTS_ENV, "").strip()
+    if given:
+        if not Path(given).is_dir():
+            raise ValueError(f"{RESULTS_ENV}={given!r} is not a folder: point it at make bench's results "
+                             "(bench/results in the course's checkout) or unset it")
+        return Path(given)
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / "bench" / "results").is_dir():
+            return folder / "bench" / "results"
+    return None
+
+
+def results_file() -> Path | None:
+    """``bench_trainer.json`` in :func:`results_dir` (None where no results folder is found)."""
+    folder = results_dir()
+    return folder / "bench_trainer.json" if folder is not None else None
 
 
 def measured(path: Path | None = None) -> dict[str, dict]:
     """What ``bench/bench_trainer.py`` last recorded per recipe (empty when it has not run here)."""
     path = path or results_file()
-    if not path.exists():
+    if path is None or not path.exists():
         return {}
     out = {}
     for section in json.loads(path.read_text()).get("sections", {}).values():

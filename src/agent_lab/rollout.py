@@ -20,41 +20,16 @@ book/part2/10_invariants.md).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from agent_lab.config import SamplingConfig
 from agent_lab.envs.base import OPEN_ENDED
 from agent_lab.policy import TinyTransformer, WordTokenizer
 from agent_lab.timing import span
-
-
-@dataclass
-class SamplingConfig:
-    """The declared sampling policy. ``decoding`` is "sampled" or "greedy" (argmax of the masked logits).
-
-    ``temperature`` divides the logits; ``top_p`` keeps the smallest set of tokens whose probability
-    reaches ``top_p`` (1.0 = no truncation); ``candidate_mask`` restricts actions to the environment's
-    ``allowed_actions()`` when it has one (the lecture's structured action mask).
-    """
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    decoding: str = "sampled"
-    candidate_mask: bool = False
-
-    def __post_init__(self):
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.decoding not in ("sampled", "greedy"):
-            raise ValueError(f"decoding must be 'sampled' or 'greedy', got {self.decoding!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # ----------------------------------------------------------------------------- the sampling transform

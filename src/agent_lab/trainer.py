@@ -46,6 +46,7 @@ from agent_lab.estimators.statistics import degenerate_group_fraction
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, model_config, save_checkpoint
 from agent_lab.plugins import AuxiliaryLoss, Collector, DemonstrationSource, Plugin, make_plugins
 from agent_lab.policy import TinyTransformer, WordTokenizer
+from agent_lab.preflight import check_config
 from agent_lab.rollout import RolloutBatch, demonstration_batch
 from agent_lab.streams import branch_generator, demonstration_rng, group_rollouts, task_rng
 from agent_lab.timing import span
@@ -194,7 +195,7 @@ def train_rl(config: TrainConfig | None = None, *, init: TrainResult | str | Pat
 def _prepare(config: TrainConfig | None, overrides: dict, advantage_fn, loss_fn) -> TrainConfig:
     """The run's configuration with ``overrides`` applied, checked in full before any work."""
     cfg = (config or TrainConfig()).replace(**overrides)
-    cfg.validate(int(os.environ.get("WORLD_SIZE", "1")))
+    check_config(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     if loss_fn is not None and cfg.run.micro_batch_size:
         raise ValueError("micro_batch_size splits the loss's normaliser, which a loss_fn keeps to itself: set "
                          "micro_batch_size=0 with loss_fn")

@@ -19,6 +19,7 @@ from agent_lab.branching import continuation_returns
 from agent_lab.estimators.credit import anchor_state_advantages, anchor_state_ids, branching_advantages
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate, reinforce_surrogate
+from agent_lab.preflight import check_config
 from agent_lab.trainer import TrainConfig, loss_and_stats, max_action_tokens, policy_logits, train
 from agent_lab.rollout import SamplingConfig
 from agent_lab.update import KL_NEW_REF
@@ -174,7 +175,7 @@ def test_the_observation_loss_plugin_adds_the_mean_nll_of_the_environment_tokens
     assert row["loss"] == pytest.approx(plain["loss"] + 0.5 * row["observation_nll"], rel=1e-5)
     assert "+ 0.5 * mean NLL of the environment's tokens" in (tmp_path / "m" / "loss.txt").read_text()
     with pytest.raises(ValueError, match="sft_observation_weight"):
-        TrainConfig(sft_observation_weight=-1.0)
+        check_config(TrainConfig(sft_observation_weight=-1.0))
 
 
 def _user_ppo_loss(logprobs, old_logprobs, advantages, action_mask, clip_eps, ref_logprobs, kl_coef):

@@ -17,6 +17,7 @@ from agent_lab.critic import policy_features
 from agent_lab.estimators import explained_variance, reduce_loss, value_loss
 from agent_lab.estimators.credit import gae_targets
 from agent_lab.estimators.policy_gradient import ppo_clipped_surrogate
+from agent_lab.preflight import check_config
 from agent_lab.trainer import TrainConfig, train
 
 G = 4
@@ -120,7 +121,7 @@ def test_ppo_gae_trains_from_flat_settings_logs_its_critic_and_saves_it(tmp_path
     with pytest.raises(ValueError, match="gae_lambda=0.5 is an option of algo 'ppo_gae', not of 'dr_grpo'"):
         TrainConfig(**{**FAST, "algo": "dr_grpo", "gae_lambda": 0.5})
     with pytest.raises(ValueError, match="without torchrun"):
-        TrainConfig(**{**FAST, "algo": "ppo_gae"}).validate(world_size=2)
+        check_config(TrainConfig(**{**FAST, "algo": "ppo_gae"}), world_size=2)
 
 
 def test_the_critic_takes_features_of_any_float_type(setup):

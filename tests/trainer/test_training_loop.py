@@ -11,6 +11,7 @@ import agent_lab.evaluation
 import agent_lab.trainer as trainer_mod
 from agent_lab.checkpoints import save_checkpoint
 from agent_lab.cli import main as cli_main
+from agent_lab.preflight import check_config
 from agent_lab.trainer import TrainConfig, train
 
 
@@ -124,7 +125,7 @@ def test_planner_guidance_adds_the_sft_loss_of_unsolved_groups_and_resumes_exact
 
 def test_planner_guidance_needs_one_process():
     with pytest.raises(ValueError, match=r"planner_guidance \(guide_coef\) runs in one process"):
-        TrainConfig(guide_coef=0.1).validate(world_size=2)
+        check_config(TrainConfig(guide_coef=0.1), world_size=2)  # where the run is prepared
 
 
 def test_recovery_demonstrations_start_at_sft_slip_from(tmp_path):

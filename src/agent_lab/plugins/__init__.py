@@ -1,9 +1,11 @@
 """The labs' experiments as plug-ins: small pieces the training loop calls at fixed points, off unless named
 (book/part3/01_crafting.md). The core trainer knows only the three interfaces below, never a plug-in's name.
 
-A plug-in is a dataclass whose fields are its options, registered under its name; a run turns it on with
-``TrainConfig(plugins={"recovery_demonstrations": {"prob": 0.5, "from_step": 1200}})`` (the flat keywords of
-``agent_lab.config.PLUGIN_OF`` are the same switches). Three kinds, three points in the loop:
+A plug-in is a dataclass whose fields are its options, each declared with ``agent_lab.config.setting`` (a
+default, a help text and its flat keyword), registered under its name; a run turns it on with
+``TrainConfig(plugins={"recovery_demonstrations": {"prob": 0.5, "from_step": 1200}})`` or with its flat
+keywords (``sft_slip_prob=0.5, sft_slip_from=1200``). One of those is its switch, declared with ``off=``: the
+value that leaves the plug-in off. Three kinds, three points in the loop:
 
 * :class:`DemonstrationSource` (SFT): rewrites the demonstrations of a step's tasks before the batch is built;
   ``recovery_demonstrations`` and ``dagger`` (:mod:`.demonstrations`);
@@ -23,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torch import Tensor
+
+from agent_lab.config import declared, make_declared
 
 __all__ = ["Plugin", "DemonstrationSource", "AuxiliaryLoss", "Collector", "PLUGINS", "register", "make_plugins"]
 
@@ -73,7 +77,8 @@ class Collector(Plugin):
         raise NotImplementedError
 
 
-PLUGINS: dict[str, type[Plugin]] = {}
+#: name -> class; the registry lives in agent_lab.config, which reads each plug-in's declared options from it.
+PLUGINS: dict[str, type[Plugin]] = declared("plugin")
 
 
 def register(cls: type[Plugin]) -> type[Plugin]:
@@ -89,15 +94,12 @@ def make_plugins(options: dict[str, dict]) -> list[Plugin]:
     if unknown:
         raise ValueError(f"unknown plug-in {unknown[0]!r}; plug-ins are {sorted(PLUGINS)}")
     out = []
-    for name, cls in PLUGINS.items():
+    for name in PLUGINS:
         if name in options:
             opts = options[name]
             if not isinstance(opts, dict):
                 raise ValueError(f"plugins[{name!r}] must be a dict of options, got {opts!r}")
-            try:
-                out.append(cls(**opts))
-            except TypeError as exc:  # an option the plug-in does not have
-                raise ValueError(f"plug-in {name!r}: {exc}") from None
+            out.append(make_declared("plugin", name, opts))
     collectors = [p.name for p in out if isinstance(p, Collector)]
     if len(collectors) > 1:
         raise ValueError(f"at most one collector plug-in may be on, got {collectors}")

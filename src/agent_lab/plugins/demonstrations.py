@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from agent_lab.config import setting
 from agent_lab.plugins import DemonstrationSource, register
 from agent_lab.plugins._checks import count, env_has, probability
 from agent_lab.rollout import collect_rollouts
@@ -31,8 +32,10 @@ class RecoveryDemonstrations(DemonstrationSource):
     """With probability ``prob`` per task, one slip and the planner's recovery (``env.recovery_demonstrations``),
     from SFT step ``from_step`` on (0: from the start)."""
 
-    prob: float = 0.5
-    from_step: int = 0
+    prob: float = setting(0.5, "SFT: the share of transcripts with one off-plan action and the planner's "
+                               "recovery (needs crafting)", flat="sft_slip_prob", off=0.0)
+    from_step: int = setting(0, "SFT: the step from which recovery demonstrations start",
+                             flat="sft_slip_from")
 
     name: ClassVar[str] = "recovery_demonstrations"
 
@@ -63,8 +66,10 @@ class DAgger(DemonstrationSource):
     gradients); its episode is replayed to a uniformly drawn turn and the planner finishes from there
     (``env.branched_demonstrations``); from SFT step ``from_step`` on."""
 
-    prob: float = 0.5
-    from_step: int = 0
+    prob: float = setting(0.5, "SFT: the share of tasks the policy plays, the planner finishing from a drawn "
+                               "turn (DAgger; needs crafting)", flat="sft_dagger_prob", off=0.0)
+    from_step: int = setting(0, "SFT: the step from which DAgger demonstrations start",
+                             flat="sft_dagger_from")
 
     name: ClassVar[str] = "dagger"
 

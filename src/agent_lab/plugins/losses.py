@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import torch
 
+from agent_lab.config import setting
 from agent_lab.estimators.aggregation import aggregate, reduce_loss
 from agent_lab.estimators.filtering import unsolved_groups
 from agent_lab.plugins import AuxiliaryLoss, register
@@ -31,7 +32,8 @@ def _environment_tokens(batch) -> torch.Tensor:
 class ObservationLoss(AuxiliaryLoss):
     """SFT loss += ``weight`` * token-mean NLL of the environment's tokens in the demonstrations."""
 
-    weight: float = 1.0
+    weight: float = setting(1.0, "SFT loss += this * the NLL of the environment's tokens",
+                            flat="sft_observation_weight", off=0.0)
 
     name: ClassVar[str] = "observation_loss"
     phase: ClassVar[str] = "sft"
@@ -60,7 +62,8 @@ class ObservationLoss(AuxiliaryLoss):
 class PlannerGuidance(AuxiliaryLoss):
     """RL loss += ``coef`` * SFT loss (token mean) on the planner's demonstration of each unsolved task."""
 
-    coef: float = 0.05
+    coef: float = setting(0.05, "RL loss += this * the SFT loss on the planner's demonstration of each "
+                                "unsolved task", flat="guide_coef", off=0.0)
 
     name: ClassVar[str] = "planner_guidance"
     phase: ClassVar[str] = "rl"

@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 
 from agent_lab import distributed as D
+from agent_lab.config import setting
 from agent_lab.estimators.filtering import mixed_group_rows
 from agent_lab.estimators.statistics import degenerate_group_fraction
 from agent_lab.plugins import Collector, register
@@ -22,7 +23,8 @@ from agent_lab.streams import group_rollouts
 class DynamicSampling(Collector):
     """Up to ``rounds`` extra rounds of ``batch_size / group_size`` fresh tasks per RL step."""
 
-    rounds: int = 2
+    rounds: int = setting(2, "RL: up to this many extra rounds of fresh tasks per step, keeping groups whose "
+                             "rewards disagree (dynamic sampling)", flat="resample_rounds", off=0)
 
     name: ClassVar[str] = "dynamic_sampling"
 

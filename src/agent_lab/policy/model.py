@@ -1,6 +1,7 @@
 """A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
-Read it top to bottom: config, the cache, rotary positions (optional), attention, MLP, block, model. Shapes are in comments:
+Read it top to bottom: the cache, rotary positions (optional), attention, MLP, block, model (its sizes,
+``ModelConfig``, are declared with every other setting in ``agent_lab.config``). Shapes are in comments:
 ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
 
 The cache stores one key/value per *slot*. During a batched multi-turn rollout every row advances by the
@@ -13,46 +14,12 @@ pass over the compacted transcript, which is what makes "KV-cache logits equal f
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-#: How the policy sees token positions: learned embeddings (GPT-2) or rotary (RoFormer).
-POSITIONS = ("learned", "rope")
-
-
-@dataclass
-class ModelConfig:
-    """Sizes of the policy. The default (d_model 64, 2 layers, 4 heads, ~0.1M parameters) trains on 2 CPU cores."""
-
-    vocab_size: int | None = None  # None: not known yet (the trainer fills in its tokenizer's size)
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int | None = None  # MLP width; None -> 4 * d_model
-    max_len: int = 512  # longest transcript
-    dropout: float = 0.0
-    positions: str = "learned"  # "learned" position embeddings (GPT-2) or "rope" (rotary: attention sees offsets)
-
-    def __post_init__(self):
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
-            v = getattr(self, name)
-            if (v is not None or name != "vocab_size") and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model must be divisible by n_heads, got d_model={self.d_model}, n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.positions not in POSITIONS:
-            raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
-        if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = {self.d_model // self.n_heads}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+from agent_lab.config import ModelConfig
 
 
 class KVCache:
