@@ -90,7 +90,7 @@ CASES = ["control", "reference", "infinite_loop", "memory_bomb", "fork_bomb", "o
          "student_range", "rebound_check", "caller_frame", "replaced_do_execute", "dropped_error_messages",
          "history_leak", "socket_dir_fill", "000_control_beside_hogs", "000_cpu_hogs", "formula_and_escapes",
          "nbformat_minor_x", "huge_integer", "nbformat_1", "nbformat_5", "nested_brackets",
-         "bob_smith", "jose", "rf"]
+         *(malicious.safe_id(name) for name in ("bob smith", "jos\u00e9", "-rf"))]
 
 
 def _graded_notebook(batch, student: str) -> nbformat.NotebookNode:
