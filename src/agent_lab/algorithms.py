@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from agent_lab.config import declared, declared_options, make_declared, setting
+from agent_lab.config import declared, make_declared, setting
 from agent_lab.estimators.advantages import (
     group_centered_advantages,
     group_standardized_advantages,
@@ -597,11 +597,6 @@ ALGORITHMS = tuple(_REGISTRY)
 RL_ALGORITHMS = rl_algorithms()
 #: Each algorithm's normalisation (the lecture's and the papers' choices).
 DEFAULT_OBJECTIVE = {n: c.default_objective for n, c in _REGISTRY.items()}
-
-
-def options_of(name: str) -> tuple[str, ...]:
-    """The settings algorithm ``name`` accepts (its fields declared with ``setting``)."""
-    return declared_options(_REGISTRY[name])
 
 
 def make_algorithm(name: str, *, group_size: int, max_tokens: int, objective: str | None = None,

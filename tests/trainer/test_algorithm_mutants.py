@@ -33,6 +33,7 @@ def test_the_registry_maps_each_name_to_its_class_and_make_algorithm_builds_that
     for name, cls in want.items():  # @register runs at import: the class itself, not a placeholder, is stored
         assert A._REGISTRY[name] is cls and A.DEFAULT_OBJECTIVE[name] == cls.default_objective
         assert type(make_algorithm(name, group_size=1, max_tokens=1)) is cls
+    assert A.rl_algorithms() == tuple(n for n in want if n != "sft")  # SFT learns from demonstrations only
 
 
 # ----------------------------------------------------------------------------- anchor_keys messages
