@@ -77,7 +77,7 @@ def safe_id(name: str) -> str:
     if SAFE_ID.fullmatch(name):
         return name
     canonical = unicodedata.normalize("NFC", name)
-    digest = hashlib.sha256(canonical.encode("utf-8", "surrogateescape")).hexdigest()[:10]
+    digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:10]
     ascii_name = unicodedata.normalize("NFKD", canonical).encode("ascii", "ignore").decode()
     slug = re.sub(r"[^A-Za-z0-9_.@-]+", "_", ascii_name).strip("._-@")[:48].rstrip("._-@")
     return f"{slug or 'student'}{ESCAPE_MARK}{digest}"

@@ -40,6 +40,13 @@ def test_canonically_equal_spellings_are_one_name():
     assert submissions.safe_id("jos\u00e9") == submissions.safe_id("jose\u0301")
 
 
+def test_a_name_that_is_not_utf8_on_disk_gets_an_id_of_its_own():
+    """A file name in another encoding reaches Python with lone surrogates (os.fsdecode)."""
+    latin1 = os.fsdecode("caf\u00e9".encode("latin-1"))
+    assert submissions.safe_id(latin1) not in {submissions.safe_id("caf\u00e9"), submissions.safe_id("caf")}
+    assert submissions.safe_id("\ud800").startswith("student~")
+
+
 def test_entries_that_old_ids_merged_are_each_graded_under_their_own_id(tmp_path):
     names = ["alice", "alice_", "bob", "\uff42\uff4f\uff42", "x" * 64 + "a", "x" * 64 + "b"]
     for name in names:
