@@ -282,11 +282,24 @@ def run_worker(entry: submissions.Entry, batch: Batch) -> StudentResult:
 # ---------------------------------------------------------------------------------------------
 # 4. merge, feedback, export, summary
 # ---------------------------------------------------------------------------------------------
+def entry_names(course: Path) -> dict[str, str]:
+    """Student id -> the entry name it was recorded for, from ``course``; a ValueError names a broken file."""
+    path = course / ENTRY_NAMES
+    try:
+        names = json.loads(path.read_text()) if path.exists() else {}
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path} cannot be read ({exc}): restore it from a backup, or delete it to accept "
+                         "every id already in the gradebook") from None
+    if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+        raise ValueError(f"{path} is not a map of student ids to entry names: restore it or delete it")
+    return names
+
+
 def claim_id(course: Path, student: str, name: str) -> str | None:
     """Record in ``course`` that ``student`` is the id of the entry named ``name``; when the gradebook's id (or
     one differing only in case) belongs to another entry name, record nothing and return that entry's name."""
     path = course / ENTRY_NAMES
-    names = json.loads(path.read_text()) if path.exists() else {}
+    names = entry_names(course)
     name = unicodedata.normalize("NFC", name)  # canonically equal spellings are one name (see safe_id)
     for other_id, other_name in names.items():
         if other_id.casefold() == student.casefold() and (other_id, other_name) != (student, name):
@@ -460,6 +473,7 @@ def grade_all(submissions_dir: Path, *, out: Path = DEFAULT_OUT, source_root: Pa
               + (f" and {len(ignored) - 20} more" if len(ignored) > 20 else ""), file=sys.stderr)
     release = prepare_course(out, Path(source_root), assignment)
     source = out / "course" / "source" / assignment / f"{assignment}.ipynb"
+    entry_names(out / "course")  # a broken record stops the batch here, before anything is graded
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
     batch = Batch(assignment, out, run_id, release, source,
                   runner.test_cells(nbformat.read(source, as_version=4)), limits, dict(timeouts or {}),

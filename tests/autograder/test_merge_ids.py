@@ -72,6 +72,15 @@ def test_entries_that_were_not_graded_leave_the_gradebook_alone(course, status):
     assert _score(course, "erin") == 6
 
 
+def test_a_broken_record_of_entry_names_is_named_with_the_fix(tmp_path):
+    (tmp_path / grade.ENTRY_NAMES).write_text("{not json")
+    with pytest.raises(ValueError, match="entry_names.json cannot be read .* delete it"):
+        grade.claim_id(tmp_path, "alice", "alice")
+    (tmp_path / grade.ENTRY_NAMES).write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a map of student ids"):
+        grade.entry_names(tmp_path)
+
+
 def test_a_batch_that_graded_nothing_fails_and_says_why():
     assert "no entry was found" in grade.nothing_graded([])
     problem = grade.nothing_graded([_result("a", False, "skipped"), _result("b", False, "missing"),
