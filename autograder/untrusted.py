@@ -73,7 +73,7 @@ def clean_data(data: dict) -> dict:
     text = _text(data.get(TEXT))
     dropped = sorted(k for k in data if k not in out and k not in (TEXT, HTML, MARKDOWN))
     if dropped:
-        note = f"[the grader dropped a {', '.join(dropped)} output: it is not shown]"
+        note = f"[the grader dropped this output's {', '.join(dropped)}: active or unsupported content]"
         text = f"{text}\n{note}" if text else note
     if text or not out:
         out[TEXT] = text

@@ -70,7 +70,9 @@ def serve(course: Path, scratch: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def browser(base: str) -> Iterator[tuple[object, list[str]]]:
-    """A headless Chromium page that may reach only ``base``; yields it and every URL it requested."""
+    """A headless Chromium page that may reach only ``base``; yields it and every URL it requested.
+
+    The page's ``csp_refusals`` lists every Content-Security-Policy refusal the browser reported."""
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     if not Path(CHROMIUM).exists():
         pytest.skip("no /usr/bin/chromium (make sysdeps installs it)")
@@ -79,6 +81,9 @@ def browser(base: str) -> Iterator[tuple[object, list[str]]]:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = chromium.new_page()
         page.on("request", lambda request: requested.append(request.url))
+        page.csp_refusals = []
+        page.on("console", lambda m: page.csp_refusals.append(m.text) if "Content Security Policy" in m.text
+                else None)
         page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base)
                    else route.abort())
         try:

@@ -4,7 +4,8 @@ browser lands in the gradebook and in ``grades.csv``.
 The toy assignment has one written answer (``explain``, 2 points). One student answers it, another leaves it as
 released: the first needs a manual grade, the second scores 0 for it (nbgrader's rule). Then a real Jupyter
 server runs formgrader on the grader's course, headless Chromium opens the student's submission there, types a
-score into the answer's box, and the gradebook and a fresh ``grades.csv`` export hold it.
+score into the answer's box, and the gradebook and a fresh ``grades.csv`` export hold it. The server is started
+as the README says, so all of this runs under formgrader's Content-Security-Policy (autograder/formgrader_csp.py).
 """
 from __future__ import annotations
 
@@ -51,6 +52,25 @@ def test_a_written_answer_waits_for_a_person_and_an_unanswered_one_scores_zero(g
     assert (auto, manual, needs, total) == (0.0, None, False, 6.0)
     page = (out / "course" / "feedback" / "ana" / toy.NAME / f"{toy.NAME}.html").read_text()
     assert "graded by hand" in page and "up to 2 points graded by hand" in page
+
+
+def test_formgraders_pages_work_under_the_content_security_policy(graded, tmp_path):
+    """The pages the README walks through load their data with formgrader's own scripts, and the browser
+    refuses nothing of the server's own (only MathJax, which nbconvert loads from a CDN)."""
+    out, _ = graded
+    with fg.serve(out / "course", tmp_path) as base, fg.browser(base) as (page, _):
+        page.goto(f"{base}/formgrader/manage_assignments", wait_until="load")
+        page.get_by_role("link", name=toy.NAME).first.wait_for(timeout=60_000)
+        page.goto(f"{base}/formgrader/manage_submissions/{toy.NAME}", wait_until="load")
+        page.get_by_text("ana").first.wait_for(timeout=60_000)
+        page.goto(f"{base}/formgrader/gradebook/{toy.NAME}/{toy.NAME}", wait_until="load")
+        page.locator("a[href*='/formgrader/submissions/']").first.wait_for(state="attached", timeout=60_000)
+        fg.open_submission(page, base, _grade_row(out, "ben")[0])
+        page.locator("span.name-hidden.glyphicon").click()   # an inline handler of formgrader's template
+        page.locator("a.name-shown").first.wait_for(state="visible", timeout=10_000)
+        refused = [r for r in page.csp_refusals if "cdnjs.cloudflare.com/ajax/libs/mathjax" not in r]
+    assert refused == []
+    assert any("mathjax" in r for r in page.csp_refusals)   # the cost the README states
 
 
 def test_a_grade_entered_in_formgrader_lands_in_the_gradebook_and_grades_csv(graded, tmp_path):

@@ -75,7 +75,8 @@ def test_active_or_unknown_outputs_become_a_line_of_text(kind):
     value = {"model_id": "x"} if kind.endswith("+json") else xss.js("out")
     out = untrusted.clean_output(_output(kind, value))
     assert set(out.data) == {"text/plain"}
-    assert out.data["text/plain"] == f"fallback\n[the grader dropped a {kind} output: it is not shown]"
+    note = f"[the grader dropped this output's {kind}: active or unsupported content]"
+    assert out.data["text/plain"] == "fallback\n" + note
 
 
 def test_html_and_markdown_outputs_are_sanitised_and_metadata_is_dropped():
@@ -91,7 +92,7 @@ def test_images_are_kept_only_as_strict_base64():
     good = untrusted.clean_output(_output("image/png", "iVBORw0KGgo=\n"))
     assert good.data["image/png"] == "iVBORw0KGgo=\n" and good.data["text/plain"] == "fallback"
     bad = untrusted.clean_output(_output("image/jpeg", 'x" onerror="alert(1)'))
-    assert "image/jpeg" not in bad.data and "dropped a image/jpeg output" in bad.data["text/plain"]
+    assert "image/jpeg" not in bad.data and "dropped this output's image/jpeg" in bad.data["text/plain"]
 
 
 def test_stream_error_and_result_fields_get_the_types_the_template_expects():
