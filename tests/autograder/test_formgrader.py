@@ -4,8 +4,9 @@ browser lands in the gradebook and in ``grades.csv``.
 The toy assignment has one written answer (``explain``, 2 points). One student answers it, another leaves it as
 released: the first needs a manual grade, the second scores 0 for it (nbgrader's rule). Then a real Jupyter
 server runs formgrader on the grader's course, headless Chromium opens the student's submission there, types a
-score into the answer's box, and the gradebook and a fresh ``grades.csv`` export hold it. The server is started
-as the README says, so all of this runs under formgrader's Content-Security-Policy (autograder/formgrader_csp.py).
+score into the answer's box, and the gradebook and a fresh ``grades.csv`` export hold it. The server is
+started as the README says, so all of this runs under formgrader's Content-Security-Policy
+(autograder/formgrader_csp.py).
 """
 from __future__ import annotations
 
