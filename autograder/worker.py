@@ -24,6 +24,9 @@ from pathlib import Path
 import nbformat
 
 REPO = Path(__file__).resolve().parent.parent
+# The course's secret for hidden test inputs (autograder/README.md): made at the first grading, kept with
+# the sources the students must never see.
+HIDDEN_SECRET = REPO / "assignments" / "hidden_tests.secret"
 if str(REPO) not in sys.path:  # run as ``python -m autograder.worker`` from anywhere
     sys.path.insert(0, str(REPO))
 
@@ -112,7 +115,8 @@ def grade(job: Job) -> tuple[dict, nbformat.NotebookNode | None]:
         session.run_notebook()
         session.check_server()
         outcomes = runner.run_tests(tests, session, names, limits.cell_timeout, job.timeouts,
-                                    deadline=start + limits.notebook_timeout, files=files)
+                                    deadline=start + limits.notebook_timeout, files=files,
+                                    secret=runner.course_secret(HIDDEN_SECRET))
     finally:
         session.close()
     record_verdicts(nb, outcomes, tests)

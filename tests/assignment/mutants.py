@@ -79,11 +79,6 @@ MUTANTS: dict[str, Mutant] = {
         out[..., t] = running
     return out
 """),
-    "rtg_in_place": Mutant("reward_to_go", "right values, but overwrites the caller's rewards in place", _RTG + """\
-    for t in range(rewards.shape[-1] - 2, -1, -1):
-        rewards[..., t] += gamma * rewards[..., t + 1]
-    return rewards
-"""),
     # ---------------------------------------------------------------- reinforce_loss
     "rl_missing_1_over_B": Mutant("reinforce_loss", "sums over the batch: the 1/B is missing", _RL + """\
     return -(action_mask * coefficients * logprobs).sum()
@@ -153,22 +148,28 @@ MUTANTS: dict[str, Mutant] = {
 }
 
 # Right values on every visible example, wrong in general: only the hidden tests can catch these.
+# (Writing into the caller's tensors is not among them: the grader cannot see the kernel's copy of an argument,
+# so the assignment does not grade it.)
 VISIBLE_PASSING: dict[str, Mutant] = {
-    "rtg_in_place_hidden_only": Mutant("reward_to_go", "right values, but overwrites the caller's rewards", _RTG + """\
-    for t in range(rewards.shape[-1] - 2, -1, -1):
-        rewards[..., t] += gamma * rewards[..., t + 1]
-    return rewards
+    "rtg_float32_inside": Mutant("reward_to_go", "computes in float32 whatever the input dtype: float64 returns "
+                                 "lose precision", _RTG + """\
+    r = rewards.to(torch.float32)
+    out = torch.empty_like(r)
+    running = torch.zeros_like(r[..., 0])
+    for t in range(r.shape[-1] - 1, -1, -1):
+        running = r[..., t] + gamma * running
+        out[..., t] = running
+    return out.to(rewards.dtype)
 """),
     "rl_rows_with_actions": Mutant("reinforce_loss", "divides by the number of rows that have an action token, "
                                    "not by B", _RL + """\
     rows = (action_mask.sum(dim=1) > 0).sum().clamp(min=1)
     return -(action_mask * coefficients * logprobs).sum() / rows
 """),
-    "adv_in_place": Mutant("dr_grpo_advantages", "right values, computed by centring the caller's rewards in place",
-                           _ADV + """\
-    groups = rewards.view(-1, group_size)
-    groups -= groups.mean(dim=1, keepdim=True)
-    return rewards
+    "adv_float32_inside": Mutant("dr_grpo_advantages", "centres in float32 whatever the input dtype: float64 "
+                                 "advantages lose precision", _ADV + """\
+    groups = rewards.to(torch.float32).reshape(-1, group_size)
+    return (groups - groups.mean(dim=1, keepdim=True)).reshape(-1).to(rewards.dtype)
 """),
     "drl_float64_denominator": Mutant("dr_grpo_loss", "the constant as a float64 tensor: float32 losses come "
                                       "back as float64", _DRL + """\

@@ -90,10 +90,10 @@ def test_a_detached_loss_is_not_differentiable_on_the_graders_side(channel):
         Checks().check_scalar_loss(out, "detached", torch.float32)
 
 
-def test_in_place_changes_to_arguments_are_mirrored_so_tests_can_see_them(channel):
+def test_in_place_writes_stay_in_the_kernel_and_never_reach_the_graders_arguments(channel):
     r = torch.tensor([1.0, 2.0])
-    fn(channel, "in_place")(r)
-    assert r.tolist() == [2.0, 4.0]
+    assert fn(channel, "in_place")(r).tolist() == [2.0, 4.0]
+    assert r.tolist() == [1.0, 2.0]
 
 
 def test_exceptions_are_reported_with_text_in_visible_tests_and_without_in_hidden_ones(channel):
@@ -106,7 +106,7 @@ def test_exceptions_are_reported_with_text_in_visible_tests_and_without_in_hidde
     assert str(hidden.value) == "leaky raised ValueError"
     with pytest.raises(AssertionError) as own:
         Checks(hidden=True).call(fn(channel, "own_exception"), secret)
-    assert "Mine" not in str(own.value) and "class defined in the notebook" in str(own.value)
+    assert "Mine" not in str(own.value) and "a class your code defined" in str(own.value)
 
 
 def test_missing_stub_and_exiting_functions_get_clear_messages(channel):

@@ -13,6 +13,8 @@ text of a raised exception, since a student's function could have put the hidden
 from __future__ import annotations
 
 import builtins
+import hashlib
+import hmac
 import os
 import random
 from pathlib import Path
@@ -47,6 +49,20 @@ class Rng:
         return options[self.randint(0, len(options) - 1)]
 
 
+# The exception classes Python itself defines, listed when this module is imported: in the grader that is before
+# any student code exists, so a class the kernel registers in ``builtins`` later is not among them.
+BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
+                               if isinstance(value, type) and issubclass(value, BaseException))
+
+
+def is_builtin_exception(name: str, module: str) -> bool:
+    """Whether a class called ``name`` in ``module`` is one of Python's own exceptions, decided by the grader.
+
+    The name and module of a remote exception are whatever the kernel reported; the answer is still one of a
+    fixed set of names, so a class named after a hidden input never counts as builtin."""
+    return module == "builtins" and name in BUILTIN_EXCEPTIONS
+
+
 def _exception_facts(exc: BaseException) -> tuple[str, str, bool]:
     """(class name, message, is a builtin exception) of a local or a remote (proxied) exception."""
     if hasattr(exc, "remote_type"):
@@ -56,7 +72,7 @@ def _exception_facts(exc: BaseException) -> tuple[str, str, bool]:
         message = str(exc)
     except Exception:  # noqa: BLE001 - an exception whose __str__ raises
         message = ""
-    return kind.__name__, message, getattr(builtins, kind.__name__, None) is kind
+    return kind.__name__, message, is_builtin_exception(kind.__name__, kind.__module__)
 
 
 def flat(nested: Any) -> list:
@@ -111,18 +127,27 @@ class Checks:
     ``files`` maps the names of the files handed in next to the notebook to their paths (default: the working
     directory's files, as in a student's own notebook); ``cache`` is shared by all test cells of one submission
     (an evaluation several tests read, say); :meth:`record` collects rows for tables such as a leaderboard.
+    ``secret`` is the course's secret that the grader mixes into every hidden test's seed (see :meth:`Rng`).
     """
 
-    Rng = Rng
     tensor = staticmethod(torch.tensor)
 
     def __init__(self, hidden: bool = False, files: dict[str, Path] | None = None,
-                 cache: dict | None = None) -> None:
+                 cache: dict | None = None, secret: bytes = b"") -> None:
         self.hidden = hidden
+        self.secret = bytes(secret)
         self.notes: list[str] = []
         self.records: list[tuple[str, dict]] = []
         self.files = files
         self.cache = {} if cache is None else cache
+
+    def Rng(self, seed: int) -> Rng:  # noqa: N802 - the name the test cells use, as for a class
+        """Random numbers for a hidden test: from ``seed`` alone, or, with a course secret (the grader's case),
+        from ``seed`` mixed with it, so that the seeds written in the notebook do not give the inputs away."""
+        if not self.secret:
+            return Rng(seed)
+        digest = hmac.new(self.secret, str(int(seed)).encode(), hashlib.sha256).digest()
+        return Rng(int.from_bytes(digest[:8], "big"))
 
     def note(self, text: str) -> None:
         """Add a line to this test's feedback (shown with its result)."""
@@ -153,7 +178,7 @@ class Checks:
         if kind == "NotImplementedError":
             raise AssertionError(f"{name} is not implemented yet: replace `raise NotImplementedError()`")
         if self.hidden:
-            shown = kind if builtin else "an exception of a class defined in the notebook"
+            shown = kind if builtin else "an exception of a class your code defined"
             raise AssertionError(f"{name} raised {shown}")
         raise AssertionError(f"{name} raised {kind}: {message}".rstrip(": "))
 

@@ -7,6 +7,10 @@ function returns a 0-dim floating tensor, the kernel also returns that output's 
 argument, and the proxy chains it into the grader's graph through :class:`RemoteGradient` (a custom autograd
 function): ``loss.backward()`` on the grader's side then moves the grader's parameters by exactly the gradient
 the student's code computes, while the loss itself is never anything but numbers.
+
+The gradient is part of the answer, as the value is, and the kernel could send any gradient: a test that awards
+points for it compares it with the grader's own (``Checks.gradient`` then ``check_close``). The grader's
+arguments are never changed by a call: what the function writes into them in place stays in the kernel.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from agent_lab.grading import wire
-from agent_lab.grading.checks import GraderMessage
+from agent_lab.grading.checks import GraderMessage, is_builtin_exception
 from agent_lab.grading.server import tensor_arguments
 
 
@@ -39,11 +43,14 @@ class BadAnswer(CallFailed):
 
 
 class RemoteError(Exception):
-    """The student's function raised; ``remote_*`` hold what the kernel said about the exception."""
+    """The student's function raised: ``remote_type`` and ``remote_message`` are what the kernel said about the
+    exception; ``remote_builtin`` is the grader's own verdict on that name (see
+    :func:`~agent_lab.grading.checks.is_builtin_exception`), never the kernel's."""
 
-    def __init__(self, kind: str, message: str, builtin: bool) -> None:
+    def __init__(self, kind: str, message: str, module: str) -> None:
         super().__init__(f"{kind}: {message}")
-        self.remote_type, self.remote_message, self.remote_builtin = kind, message, builtin
+        self.remote_type, self.remote_message = kind, message
+        self.remote_builtin = is_builtin_exception(kind, module)
 
 
 class RemoteGradient(torch.autograd.Function):
@@ -143,9 +150,8 @@ class Channel:
                 raise wire.WireError("an answer to another request")
             if answer.get("ok") is not True:
                 raise RemoteError(str(answer.get("type"))[:80], str(answer.get("message", ""))[:2000],
-                                  answer.get("builtin") is True)
+                                  str(answer.get("module", ""))[:80])
             grads, _ = wire.recv(self.sock, self.deadline)
-            _copy_back(args, kwargs, answer.get("changed"))
             leaves = [t for _, t in tensor_arguments(list(args), kwargs) if t.requires_grad]
             return _chain(answer.get("value"), slots, grads, leaves, name)
         except TimeoutError:
@@ -159,17 +165,6 @@ class Channel:
         except BadAnswer as exc:
             self.broken = exc
         raise self.broken
-
-
-def _copy_back(args: tuple, kwargs: dict, changed: Any) -> None:
-    """Apply the kernel's in-place changes to the grader's tensor arguments (tests check for them)."""
-    if not isinstance(changed, dict):
-        return
-    by_key = {str(k): t for k, t in tensor_arguments(list(args), kwargs)}
-    for key, new in changed.items():
-        old = by_key.get(key)
-        if isinstance(new, torch.Tensor) and old is not None and not old.requires_grad:
-            old.data = new.detach().clone()
 
 
 def _chain(value: Any, slots: dict[int, torch.Tensor], grads: Any, leaves: list[torch.Tensor],

@@ -11,7 +11,9 @@ import ast
 import builtins
 import contextlib
 import io
+import os
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,18 +91,18 @@ def _failure(exc: BaseException, hidden: bool) -> str:
 
 
 def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: float,
-             files: dict[str, Path] | None = None, cache: dict | None = None) -> TestOutcome:
+             files: dict[str, Path] | None = None, cache: dict | None = None, secret: bytes = b"") -> TestOutcome:
     """One test cell against the student's kernel, with ``seconds`` of wall time for its calls.
 
-    ``files`` are the files handed in beside the notebook and ``cache`` the submission's shared cache
-    (see :class:`~agent_lab.grading.checks.Checks`)."""
+    ``files`` are the files handed in beside the notebook, ``cache`` the submission's shared cache and ``secret``
+    the course's secret for hidden inputs (see :class:`~agent_lab.grading.checks.Checks`)."""
     start = time.monotonic()
     try:
         channel = session.ready()
     except CallFailed as exc:
         return TestOutcome(test.grade_id, 0.0, test.points, f"not run: {exc}")
     channel.deadline, channel.budget = start + seconds, seconds
-    checks = Checks(hidden=test.hidden, files=files, cache=cache)
+    checks = Checks(hidden=test.hidden, files=files, cache=cache, secret=secret)
     namespace = {"__name__": "__grader__", "__builtins__": builtins, "torch": torch, "_check": checks}
     namespace.update({name: StudentFunction(name, session.current) for name in names})
     try:
@@ -118,16 +120,50 @@ def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: 
 
 def run_tests(tests: list[TestCell], session: KernelSession, names: list[str], cell_timeout: float,
               timeouts: dict[str, float] | None = None, deadline: float | None = None,
-              files: dict[str, Path] | None = None) -> list[TestOutcome]:
-    """Every test in order; past ``deadline`` (a ``time.monotonic()`` value) the rest are marked not run."""
-    outcomes, cache = [], {}
-    for test in tests:
+              files: dict[str, Path] | None = None, secret: bytes = b"") -> list[TestOutcome]:
+    """Every test, the outcomes in the tests' order; past ``deadline`` (a ``time.monotonic()`` value) the rest
+    are marked not run. ``secret``: the course's secret for hidden inputs (:func:`course_secret`).
+
+    The visible tests run first, then the hidden ones. A kernel can keep what a hidden call received and put it
+    into what a later call returns or raises, and a visible test's message quotes that; once a hidden input has
+    reached the kernel, no visible test runs.
+    """
+    outcomes: dict[int, TestOutcome] = {}
+    cache: dict = {}
+    for index in sorted(range(len(tests)), key=lambda i: tests[i].hidden):  # stable: notebook order in each
+        test = tests[index]
         seconds = float((timeouts or {}).get(test.grade_id, cell_timeout))
         if deadline is not None:
             seconds = min(seconds, deadline - time.monotonic())
         if seconds <= 0:
-            outcomes.append(TestOutcome(test.grade_id, 0.0, test.points,
-                                        "not run: the notebook used its time budget"))
+            outcomes[index] = TestOutcome(test.grade_id, 0.0, test.points, "not run: the notebook used its time budget")
             continue
-        outcomes.append(run_test(test, session, names, seconds, files, cache))
-    return outcomes
+        outcomes[index] = run_test(test, session, names, seconds, files, cache, secret)
+    return [outcomes[i] for i in range(len(tests))]
+
+
+def course_secret(path: Path) -> bytes:
+    """The course's secret for hidden test inputs, read from ``path``; made (random, owner-only) if missing.
+
+    Hidden tests draw their inputs from ``_check.Rng(seed)``; in the grader each seed is mixed with this secret,
+    so the inputs are not the ones anyone can compute from the seeds in the repository, and a course with a new
+    secret gets new inputs even if an earlier course's leaked. Workers that start together agree on one secret:
+    the file appears at ``path`` in one step (a hard link), complete, or not at all.
+    """
+    path = Path(path)
+    if not path.exists():
+        draft = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass   # another worker made it first: use theirs
+        finally:
+            draft.unlink()
+    text = path.read_text().strip()
+    if len(text) < 32:
+        raise ValueError(f"{path} holds no usable secret (32 or more characters): delete it and grade again, "
+                         "or copy the course's secret file there")
+    return text.encode()

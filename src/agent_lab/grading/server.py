@@ -10,15 +10,15 @@ One request, one answer, in order (:mod:`agent_lab.grading.wire` frames):
 * ``{"op": "call", "id", "name", "args", "kwargs"}`` runs ``name(*args, **kwargs)`` from the notebook's
   namespace. Floating tensors the grader marked ``requires_grad`` arrive as leaves that require grad; for every
   0-dim floating output that requires grad the answer carries its gradient with respect to those leaves (in
-  argument order), so the grader can chain it into its own graph. Tensor arguments the call changed in place
-  come back too. Answer: ``{"id", "ok": True, "value", "changed"}`` followed by a second frame
-  ``{"grads": [[gradient or None per leaf] per marked output]}``, or ``{"id", "ok": False, "type", "builtin",
-  "message"}``.
+  argument order), so the grader can chain it into its own graph. What the call did to its arguments in place
+  stays in the kernel: the grader judges what comes back, and could not check a report of in-place writes.
+  Answer: ``{"id", "ok": True, "value"}`` followed by a second frame
+  ``{"grads": [[gradient or None per leaf] per marked output]}``, or ``{"id", "ok": False, "type", "module",
+  "message"}`` (the grader decides itself whether that names one of Python's own exceptions).
 * ``{"op": "ping"}`` answers ``{"ok": True}``; ``{"op": "bye"}`` ends the thread.
 """
 from __future__ import annotations
 
-import builtins
 import os
 import socket
 import sys
@@ -30,9 +30,9 @@ import torch
 from agent_lab.grading import wire
 
 MESSAGE_CHARS = 2000
-# Bound when the kernel starts, before any student code: a notebook that rebinds these in torch (to fake its
-# own comparisons, say) does not change the gradients or the in-place check of its honest functions.
-_autograd_grad, _equal = torch.autograd.grad, torch.equal
+# Bound when the kernel starts, before any student code: a notebook that rebinds torch.autograd.grad (to fake
+# some other cell's result, say) does not change the gradients of its honest functions.
+_autograd_grad = torch.autograd.grad
 
 
 def user_namespace() -> dict:
@@ -65,32 +65,19 @@ def _gradients(slots: list[torch.Tensor], leaves: list[torch.Tensor]) -> list[li
     return grads
 
 
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    t = t.to(torch.uint8) if t.dtype is torch.bool else t
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bitwise equality (NaN equals NaN): did a call change a tensor argument in place?"""
-    return a.shape == b.shape and a.dtype == b.dtype and _equal(_raw(a), _raw(b))
-
-
 def _describe(exc: BaseException) -> dict:
     try:
         message = str(exc)[:MESSAGE_CHARS]
     except Exception:  # noqa: BLE001 - an exception whose __str__ raises
         message = ""
     kind = type(exc)
-    return {"ok": False, "type": kind.__name__[:80], "builtin": getattr(builtins, kind.__name__, None) is kind,
-            "message": message}
+    return {"ok": False, "type": str(kind.__name__)[:80], "module": str(kind.__module__)[:80], "message": message}
 
 
 def handle_call(request: dict, namespace: Callable[[], dict]) -> tuple[dict, list[torch.Tensor]]:
     """Run one call: (the answer before encoding, the leaves that gradients are taken with respect to)."""
     name, args, kwargs = request.get("name"), list(request.get("args") or []), dict(request.get("kwargs") or {})
-    tensors = tensor_arguments(args, kwargs)
-    before = [(key, t.detach().clone()) for key, t in tensors]
-    leaves = [t for _, t in tensors if t.requires_grad]
+    leaves = [t for _, t in tensor_arguments(args, kwargs) if t.requires_grad]
     try:
         fn = namespace().get(name) if isinstance(name, str) else None
         if fn is None:
@@ -98,10 +85,7 @@ def handle_call(request: dict, namespace: Callable[[], dict]) -> tuple[dict, lis
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are answers too
         return _describe(exc), []
-    current = dict(tensor_arguments(args, kwargs))
-    changed = {str(key): current[key].detach().clone() for key, old in before
-               if not _same_bytes(current[key].detach(), old)}
-    return {"ok": True, "value": value, "changed": changed}, leaves
+    return {"ok": True, "value": value}, leaves
 
 
 def serve(sock: socket.socket, namespace: Callable[[], dict] = user_namespace) -> None:
@@ -116,7 +100,7 @@ def serve(sock: socket.socket, namespace: Callable[[], dict] = user_namespace) -
                 wire.send(sock, {"ok": True})
                 continue
             if op != "call":
-                wire.send(sock, {"ok": False, "type": "ProtocolError", "builtin": False,
+                wire.send(sock, {"ok": False, "type": "ProtocolError",
                                  "message": f"unknown op {str(op)[:40]!r}"})
                 continue
             answer, leaves = handle_call(request, namespace)
@@ -138,7 +122,7 @@ def _send_answer(sock: socket.socket, answer: dict, leaves: list[torch.Tensor]) 
     try:
         body, slots = wire.encode(answer, mark_grads=answer["ok"])
     except BaseException as exc:  # noqa: BLE001 - whatever the student's value raised while being read
-        body, slots = wire.encode({"id": answer["id"], "ok": False, "type": "WireError", "builtin": False,
+        body, slots = wire.encode({"id": answer["id"], "ok": False, "type": "WireError",
                                    "message": "your function returned a value the grader cannot read: "
                                               + _reason(exc)})[0], None
     wire.send_frame(sock, body)

@@ -245,8 +245,9 @@ class KernelSession:
                 self._channel.broken = KernelDied("the kernel sent answers nobody asked for")
             elif left:
                 self._channel.broken = KernelDied("a graded call left processes running")
-                self.notes.append(f"a graded function left {len(left)} process(es) running after it returned "
-                                  "(os.fork?); they were stopped and the next test ran in a fresh kernel")
+                # No count: the kernel chooses how many processes it leaves, so a count could carry a hidden input.
+                self.notes.append("a graded function left processes running after it returned (os.fork?); they "
+                                  "were stopped and the next test ran in a fresh kernel")
         if self._channel is not None and self._channel.broken is None:
             return self._channel
         if self.gave_up:
