@@ -33,7 +33,7 @@ def tour() -> None:
         ("agent_lab.policy", "tokenizer and the tiny transformer with a KV cache"),
         ("agent_lab.rollout", "batched multi-turn sampling with behaviour log-probabilities"),
         ("agent_lab.estimators", "returns, baselines, advantages, losses, aggregation, diagnostics"),
-        ("agent_lab.algorithms", "REINFORCE, RLOO, GRPO, Dr.GRPO, GiGPO, ReST-EM, PPO, PPO+GAE, SFT"),
+        ("agent_lab.algorithms", "REINFORCE, RLOO, GRPO, Dr.GRPO, GiGPO, ReST-EM, PPO, PPO+GAE, VinePPO, SFT"),
         ("agent_lab.update", "the loss of a batch, its statistics, micro-batched optimizer steps"),
         ("agent_lab.trainer", "the SFT and RL loops (train_sft, train_rl, train)"),
         ("agent_lab.evaluation", "frozen-checkpoint evaluation against the planner's optimum"),
