@@ -202,8 +202,11 @@ def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
     run = T.start_run(cfg.replace(resume=resume), phases=("sft", "rl"))
     if not resume:
         run.driver_state = {"header": header(opts, cfg, argv), "lines": [], "train_s": 0.0, "cpu_s": 0.0}
+    elif "header" not in run.driver_state:
+        raise ValueError(f"{folder} holds a training run but no curve (this script did not start it): pass "
+                         "another --run-dir")
     else:
-        saved, now = run.driver_state.get("header", {}), settings(opts, cfg)
+        saved, now = run.driver_state["header"], settings(opts, cfg)
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
             raise ValueError(f"{folder} holds a curve with other settings ({', '.join(diff)} differ): resume "

@@ -13,6 +13,7 @@ import torch
 
 import agent_lab.streams
 import agent_lab.trainer as trainer_mod
+from agent_lab.recipes import recipe
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, group_size=4, sft_steps=4,
@@ -132,6 +133,10 @@ def test_a_folder_resumes_only_with_its_own_settings(uninterrupted, tmp_path, mo
     cut_off(monkeypatch, tmp_path, 3)
     with pytest.raises(ValueError, match="other settings .*every_sft.*--run-dir"):
         C.run_curve(options(tmp_path, every_sft=1))
+    trainer_mod.train(recipe("crafting-quick", **{**TINY, "steps": 1}), run_dir=str(tmp_path / "plain"),
+                      progress=False)  # the trainer's own run, without a curve
+    with pytest.raises(ValueError, match="holds a training run but no curve"):
+        C.run_curve(options(tmp_path / "plain"))
     with pytest.raises(ValueError, match="needs a crafting recipe"):
         C.run_curve(options(tmp_path / "other", recipe="number-search", overrides={}))
 
