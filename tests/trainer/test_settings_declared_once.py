@@ -117,6 +117,31 @@ def test_every_flat_keyword_is_generated_from_a_declared_field_with_help():
     assert keys["ppo_epochs"].default == epochs.default == 4
 
 
+def test_every_field_of_every_section_and_registered_class_is_declared_with_help():
+    from agent_lab.config import SECTIONS
+
+    classes = [*SECTIONS.values(), *declared("algorithm").values(), *declared("plugin").values()]
+    constructor = {"group_size", "max_tokens", "objective"}  # an algorithm's arguments from its section
+    missing = [f"{cls.__name__}.{f.name}" for cls in classes for f in dataclasses.fields(cls)
+               if "help" not in f.metadata and f.name not in constructor]
+    assert missing == [], f"fields declared without setting(default, help): {missing}"
+
+
+def test_a_plug_in_with_flat_keywords_needs_exactly_one_switch():
+    from agent_lab.config import setting
+
+    @dataclasses.dataclass
+    class NoSwitch:
+        level: float = setting(0.5, "a tuning knob", flat="no_switch_level")
+
+    declared("plugin")["no_switch"] = NoSwitch
+    try:
+        with pytest.raises(TypeError, match="plug-in 'no_switch' has flat keywords but not one switch"):
+            flat_keywords()
+    finally:
+        declared("plugin").pop("no_switch")
+
+
 def test_two_declarations_of_one_flat_keyword_are_refused(toy):
     @dataclasses.dataclass
     class Clash(toy):
