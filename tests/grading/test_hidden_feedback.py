@@ -220,3 +220,14 @@ def test_the_course_secret_is_made_once_readable_by_its_owner_only_and_then_kept
     path.write_text("short")
     with pytest.raises(ValueError, match="no usable secret"):
         runner.course_secret(path)
+
+
+def test_the_private_worlds_base_seed_moves_with_the_secret_and_stays_above_the_public_worlds():
+    from agent_lab.envs import make_env
+
+    base = 9_117_680
+    assert Checks().secret_seed(base) == base   # a student's notebook, and the repository's own tests
+    moved = {Checks(secret=s * 64).secret_seed(base) for s in (b"a", b"b", b"c")}
+    assert len(moved) == 3 and all(m > base and (m - base) % 10**6 == 0 for m in moved)
+    env = make_env("crafting")
+    assert len(env.private_worlds([max(moved) + 20_000], level=1)) == 1

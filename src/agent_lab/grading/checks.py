@@ -149,6 +149,11 @@ class Checks:
         digest = hmac.new(self.secret, str(int(seed)).encode(), hashlib.sha256).digest()
         return Rng(int.from_bytes(digest[:8], "big"))
 
+    def secret_seed(self, seed: int) -> int:
+        """``seed`` itself in a notebook; in the grader a seed drawn from it and the course's secret, larger than
+        ``seed`` by a whole number of millions (a base for private worlds that must stay above the public ones)."""
+        return seed if not self.secret else seed + self.Rng(seed).randint(1, 10**6) * 10**6
+
     def note(self, text: str) -> None:
         """Add a line to this test's feedback (shown with its result)."""
         self.notes.append(str(text))
