@@ -1,8 +1,8 @@
-"""Answers graded by hand: the grader leaves them to nbgrader's formgrader, and a grade entered there in a real
-browser lands in the gradebook and in ``grades.csv``.
+"""Answers graded by hand: the grader leaves them to nbgrader's formgrader, and a grade entered there in a
+real browser lands in the gradebook and in ``grades.csv``.
 
-The toy assignment has one written answer (``explain``, 2 points). One student answers it, another leaves it as
-released: the first needs a manual grade, the second scores 0 for it (nbgrader's rule). Then a real Jupyter
+The toy assignment has one written answer (``explain``, 2 points). One student answers it, another leaves it
+as released: the first needs a manual grade, the second scores 0 for it (nbgrader's rule). Then a real Jupyter
 server runs formgrader on the grader's course, headless Chromium opens the student's submission there, types a
 score into the answer's box, and the gradebook and a fresh ``grades.csv`` export hold it. The server is
 started as the README says, so all of this runs under formgrader's Content-Security-Policy
@@ -41,7 +41,8 @@ def _grade_row(out: Path, student: str):
     with Gradebook(f"sqlite:///{out / 'course' / 'gradebook.db'}", grade.COURSE_ID) as gb:
         nb = gb.find_submission_notebook(toy.NAME, toy.NAME, student)
         g = next(g for g in nb.grades if g.name == "explain")
-        return nb.id, g.auto_score, g.manual_score, g.needs_manual_grade, gb.find_submission(toy.NAME, student).score
+        total = gb.find_submission(toy.NAME, student).score
+        return nb.id, g.auto_score, g.manual_score, g.needs_manual_grade, total
 
 
 def test_a_written_answer_waits_for_a_person_and_an_unanswered_one_scores_zero(graded):

@@ -2,7 +2,8 @@
 
 Mal hands in the toy assignment with every payload of :mod:`xss_payloads` in the written answer (raw HTML
 in markdown: ``<img onerror>``, ``<script>``, ``javascript:`` links, SVG with script, iframes, CSS ``url()``)
-and in a cell of their own whose outputs are ``Javascript``, ``HTML``, ``Markdown``, SVG and widget displays.
+and in cells of their own whose outputs are ``Javascript``, ``HTML``, ``Markdown``, SVG and widget displays,
+printed text and an exception.
 Each payload, if it ran, would request a marker URL and set the submission's grades to 99 through
 formgrader's API. Headless Chromium opens Mal's submission in formgrader, started as the README says, clicks
 the payload links, and finds no marker requested and no grade changed, while formgrader's own scripts still
@@ -38,6 +39,7 @@ def graded(tmp_path_factory):
     def mal(release):
         nb = toy.solved(release, square=SQUARE, cube=CUBE, explain=xss.markdown_answer())
         nb.cells.append(nbformat.v4.new_code_cell(xss.OUTPUTS_CODE))
+        nb.cells.append(nbformat.v4.new_code_cell(xss.ERROR_CODE))
         nb.cells.append(nbformat.v4.new_markdown_cell(xss.MARKDOWN["md-img-onerror"]))
         return nb
 
@@ -81,7 +83,11 @@ def test_the_grader_kept_the_honest_parts_of_the_payload_submission(graded):
     kept = nbformat.read(out / "course" / "autograded" / "mal" / toy.NAME / f"{toy.NAME}.ipynb", as_version=4)
     answer = next(c for c in kept.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "explain")
     assert "$(-x)^3 = -(x^3)$" in answer.source and "<strong>the sign comes out</strong>" in answer.source
-    assert any("outputs published" in o.get("text", "") for c in kept.cells for o in c.get("outputs", []))
+    outputs = [o for c in kept.cells for o in c.get("outputs", [])]
+    assert any("outputs published" in o.get("text", "") for o in outputs)
+    # printed text and exception text stay as text: the page escapes them (the browser test checks that)
+    assert any("/xss/out-stream" in o.get("text", "") for o in outputs)
+    assert any(o.get("ename") == "ValueError" and "/xss/out-error" in o.evalue for o in outputs)
 
 
 def test_no_payload_runs_in_formgrader_and_no_grade_changes(graded, tmp_path):

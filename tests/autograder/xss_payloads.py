@@ -51,5 +51,9 @@ display(HTML({'<img src=x onerror="' + js('out-html') + '">'!r}))
 display(Markdown({'<img src=x onerror="' + js('out-markdown') + '">'!r}))
 display({{'image/svg+xml': {_SVG!r}, 'text/plain': 'an svg'}}, raw=True)
 display({{'application/vnd.jupyter.widget-view+json': {_WIDGET!r}, 'text/plain': 'a widget'}}, raw=True)
+print({'<img src=x onerror="' + js('out-stream') + '">'!r})
 print('outputs published')
 """
+
+# Exception text the kernel reports for a student's cell (the cell fails; the notebook goes on).
+ERROR_CODE = "raise ValueError(" + repr('<img src=x onerror="' + js("out-error") + '">') + ")"
