@@ -88,6 +88,8 @@ def test_the_grader_kept_the_honest_parts_of_the_payload_submission(graded):
     # printed text and exception text stay as text: the page escapes them (the browser test checks that)
     assert any("/xss/out-stream" in o.get("text", "") for o in outputs)
     assert any(o.get("ename") == "ValueError" and "/xss/out-error" in o.evalue for o in outputs)
+    feedback = (out / "course" / "feedback" / "mal" / toy.NAME / f"{toy.NAME}.html").read_text()
+    assert "ValueError: &lt;img src=x onerror=" in feedback and "<img" not in feedback   # the note, escaped
 
 
 def test_no_payload_runs_in_formgrader_and_no_grade_changes(graded, tmp_path):
