@@ -1,7 +1,10 @@
 """The policy for student-made text (autograder.untrusted) and formgrader's Content-Security-Policy, fast."""
 from __future__ import annotations
 
+import html
+import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -9,6 +12,7 @@ import pytest
 import xss_payloads as xss
 from autograder import formgrader_csp, untrusted
 
+REPO = Path(__file__).resolve().parents[2]
 ACTIVE_TAGS = {"script", "svg", "math", "iframe", "frame", "object", "embed", "style", "link", "meta", "base",
                "form", "input", "textarea", "button"}
 
@@ -63,6 +67,23 @@ def test_formatting_math_and_code_survive_and_formgrader_renders_the_result_unch
         assert kept in cleaned, kept
     assert "\n" not in cleaned and active(cleaned) == []
     assert markdown2html(cleaned).strip() == cleaned
+
+
+def _visible_text(html_text: str) -> str:
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", html_text))).replace("\u00b6", "").strip()
+
+
+@pytest.mark.parametrize("assignment", ["policy_gradients", "crafting_agent"])
+def test_the_course_markdown_keeps_all_its_text_after_sanitising(assignment):
+    from nbconvert.filters.markdown import markdown2html
+
+    nb = nbformat.read(REPO / "assignments" / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert cells
+    for source in cells:
+        cleaned = untrusted.markdown_to_safe_html(source)
+        assert _visible_text(cleaned) == _visible_text(markdown2html(source)), source[:80]
+        assert markdown2html(cleaned).strip() == cleaned
 
 
 def _output(kind: str, value: object, **extra) -> dict:
