@@ -61,9 +61,16 @@ class PolicyTransform(OutputTransform):
 
     def transform_first_chunk(self, status_code: int, headers: httputil.HTTPHeaders, chunk: bytes,
                               finishing: bool) -> tuple[int, httputil.HTTPHeaders, bytes]:
-        if "/formgrader" in self.path and headers.get("Content-Type", "").startswith("text/html"):
+        if "/formgrader" not in self.path:
+            return status_code, headers, chunk
+        if status_code == 304:
+            # A browser updates a cached page's headers from a 304; Jupyter's default policy, which allows
+            # inline script, would replace the one computed for that page. Without it the page's own stays.
+            headers.pop("Content-Security-Policy", None)
+        elif headers.get("Content-Type", "").startswith("text/html"):
             # A page sent in pieces cannot be read whole here: it gets the policy with no inline script.
             headers["Content-Security-Policy"] = policy(self.path, chunk if finishing else b"")
+            headers["Cache-Control"] = "no-store"   # grades and students' work: no copy on disk, no 304s
         return status_code, headers, chunk
 
 

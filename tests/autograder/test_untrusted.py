@@ -163,3 +163,25 @@ def test_a_submission_page_without_the_notebook_marker_allows_no_inline_script()
     assert formgrader_csp.policy("/formgrader/submissions/1/", page).startswith("script-src 'self';")
     # formgrader's other pages show no notebook: their inline scripts are the template's
     assert formgrader_csp._hash(b"steal()") in formgrader_csp.policy("/formgrader/manage_assignments", page)
+
+
+def _transformed(path: str, status: int, content_type: str | None, body: bytes) -> dict:
+    from tornado.httputil import HTTPHeaders, HTTPServerRequest, RequestStartLine
+
+    headers = HTTPHeaders({"Content-Security-Policy": "frame-ancestors 'self'"})   # Jupyter's default
+    if content_type:
+        headers["Content-Type"] = content_type
+    transform = formgrader_csp.PolicyTransform(HTTPServerRequest(
+        start_line=RequestStartLine("GET", path, "HTTP/1.1"), headers=HTTPHeaders({"Host": "localhost"})))
+    return dict(transform.transform_first_chunk(status, headers, body, True)[1].get_all())
+
+
+def test_the_server_sends_the_policy_on_formgraders_pages_and_keeps_it_through_a_304():
+    page = _transformed("/formgrader/submissions/1/", 200, "text/html; charset=UTF-8", PAGE)
+    assert page["Content-Security-Policy"] == formgrader_csp.policy("/formgrader/submissions/1/", PAGE)
+    assert page["Cache-Control"] == "no-store"
+    assert "Content-Security-Policy" not in _transformed("/formgrader/submissions/1/", 304, None, b"")
+    script = _transformed("/formgrader/static/js/formgrade.js", 200, "application/javascript", b"x")
+    assert script["Content-Security-Policy"] == "frame-ancestors 'self'"
+    lab = _transformed("/lab", 200, "text/html", PAGE)
+    assert lab["Content-Security-Policy"] == "frame-ancestors 'self'"

@@ -242,6 +242,10 @@ class Checks:
         raise AssertionError(f"{what}: expected {show(want)}, got {show(got)}{first}. {hint}".strip())
 
     def check_scalar_loss(self, loss: Any, what: str, dtype: torch.dtype) -> None:
+        """A 0-dim tensor of ``dtype`` that requires grad, or a failure that says what is missing.
+
+        In the grader ``requires_grad`` is the kernel's word, so it can only fail this check: a test that gives
+        points for a loss also compares :meth:`gradient` with the gradient it computes itself."""
         got_shape, got_dtype = self.shape_and_dtype(loss, what)
         if got_shape != ():
             got = "" if self.hidden else f", got shape {got_shape}"
