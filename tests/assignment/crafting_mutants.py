@@ -1,12 +1,13 @@
 """Wrong implementations of the crafting assignment's graded functions, in two groups.
 
-``CRAFTING_MUTANTS`` pass every visible test and only the hidden tests catch them (a mask that drops policy tokens
-equal to pad_id, padded rewards in the sum, an extra lambda, the clip on the wrong side for a negative advantage,
-...): every part keeps some, so passing the visible tests is not proof.  ``VISIBLY_CAUGHT`` are each part's
-classic bug (the mask left on the input position, a terminated episode bootstrapped, the KL ratio upside down):
-the visible tests fail on them with a message that names the bug, so a student does not see full visible marks and
-then lose the hidden points.  ``test_crafting_assignment.py`` checks both groups.
+``CRAFTING_MUTANTS`` pass every visible test and only the hidden tests catch them (a mask that drops policy
+tokens equal to pad_id, padded rewards in the sum, an extra lambda, the clip on the wrong side for a negative
+advantage, ...): every part keeps some, so passing the visible tests is not proof.  ``VISIBLY_CAUGHT`` are
+each part's classic bug (the mask left on the input position, a terminated episode bootstrapped, the KL ratio
+upside down): the visible tests fail on them with a message that names the bug, so a student does not see full
+visible marks and then lose the hidden points.  ``test_crafting_assignment.py`` checks both groups.
 """
+
 from __future__ import annotations
 
 from .mutants import Mutant
@@ -51,8 +52,8 @@ _GAE_LOOP = """\
 
 CRAFTING_MUTANTS: dict[str, Mutant] = {
     # ------------------------------------------------------------------ transcript_batch
-    "mask_drops_tokens_equal_to_pad_id": Mutant("transcript_batch", "the mask leaves out policy tokens whose id "
-                                                "equals pad_id", _MASK + _BUILD
+    "mask_drops_tokens_equal_to_pad_id": Mutant("transcript_batch", "the mask leaves out policy tokens whose "
+                                                "id equals pad_id", _MASK + _BUILD
                                                 + "    return input_ids, attention, written[:, 1:] & "
                                                   "(input_ids != pad_id)[:, 1:]\n"),
     "padding_from_token_values": Mutant("transcript_batch", "attention_mask from input_ids != pad_id", _MASK + _BUILD
@@ -147,17 +148,13 @@ CRAFTING_MUTANTS: dict[str, Mutant] = {
 }
 
 # Each part's classic bug, with the words the visible test's message must use to name it.
-VISIBLY_CAUGHT: dict[str, tuple[Mutant, str]] = {
-    "mask_on_the_input_position": (Mutant("transcript_batch", "the mask left unshifted: column j marks token j, "
-                                          "not the target j + 1 (policy[:, :-1])",
-                                          _MASK + _BUILD + "    return input_ids, attention, written[:, :-1]\n"),
-                                   "the mask is left unshifted, on the input position"),
-    "mask_two_ahead": (Mutant("transcript_batch", "off by one the other way: column j marks token j + 2", _MASK + _BUILD
-                              + "    shifted = torch.zeros_like(written[:, 1:])\n"
-                                "    shifted[:, :-1] = written[:, 2:]\n"
-                                "    return input_ids, attention, shifted\n"),
-                       "shifted two tokens ahead"),
-    "returns_bootstrap_at_termination": (Mutant("turn_returns", "bootstraps every row, terminated or not", _RET + """\
+_UNSHIFTED = Mutant("transcript_batch", "the mask left unshifted: column j marks token j, not j + 1",
+                    _MASK + _BUILD + "    return input_ids, attention, written[:, :-1]\n")
+_TWO_AHEAD = Mutant("transcript_batch", "off by one the other way: column j marks token j + 2", _MASK + _BUILD
+                    + "    shifted = torch.zeros_like(written[:, 1:])\n"
+                      "    shifted[:, :-1] = written[:, 2:]\n"
+                      "    return input_ids, attention, shifted\n")
+_BOOTSTRAP_TERMINATED = Mutant("turn_returns", "bootstraps every row, terminated or not", _RET + """\
     real = turn_mask.bool()
     running = bootstrap.to(rewards.dtype)
     out = torch.zeros_like(rewards)
@@ -165,12 +162,18 @@ VISIBLY_CAUGHT: dict[str, tuple[Mutant, str]] = {
         running = torch.where(real[:, t], rewards[:, t] + gamma * running, running)
         out[:, t] = torch.where(real[:, t], running, torch.zeros_like(running))
     return out
-"""), "a terminated episode is bootstrapped"),
-    "ppo_kl_ratio_upside_down": (Mutant("ppo_loss", "k3 with r = pi / pi_ref: the KL ratio the wrong way round",
-                                        _PPO + _PPO_HEAD + """\
+""")
+_KL_UPSIDE_DOWN = Mutant("ppo_loss", "k3 with r = pi / pi_ref: the KL ratio the wrong way round",
+                         _PPO + _PPO_HEAD + """\
     surrogate = torch.min(ratio * adv, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv)
     log_r = logprobs - ref_logprobs
     k3 = torch.expm1(log_r) - log_r
     loss = torch.where(mask, -surrogate + kl_coef * k3, torch.zeros_like(k3)).sum() / n
-""" + _PPO_STATS), "the KL ratio is taken the wrong way round"),
+""" + _PPO_STATS)
+VISIBLY_CAUGHT: dict[str, tuple[Mutant, str]] = {
+    "mask_on_the_input_position": (_UNSHIFTED, "the mask is left unshifted, on the input position"),
+    "mask_two_ahead": (_TWO_AHEAD, "shifted two tokens ahead"),
+    "returns_bootstrap_at_termination": (_BOOTSTRAP_TERMINATED,
+                                         "a terminated episode is bootstrapped"),
+    "ppo_kl_ratio_upside_down": (_KL_UPSIDE_DOWN, "the KL ratio is taken the wrong way round"),
 }

@@ -1,6 +1,6 @@
-"""The crafting assignment: the reference passes; each part's classic bug fails its visible test with a message
-that names it; and the bugs left to the hidden tests pass the visible ones and fail the hidden ones (a mutation
-score of 100% over both groups)."""
+"""The crafting assignment: the reference passes; each part's classic bug fails its visible test with a
+message that names it; and the bugs left to the hidden tests pass the visible ones and fail the hidden ones (a
+mutation score of 100% over both groups)."""
 from __future__ import annotations
 
 import pytest

@@ -1,10 +1,10 @@
-"""No page of the built book shows raw TeX: every `$...$` of the sources must come out as a typeset math element.
+"""No page of the built book shows raw TeX: every `$...$` of the sources must come out as typeset math.
 
 Math that MyST's parser did not recognise stays in the page as text: a `$`, a `\\Phi`, a `\\frac`. The classic
-cause is a source line inside inline math that starts with `- `, `+ ` or `* `: Markdown reads it as a list item,
-the math is cut in two, and the reader sees a bullet, raw TeX and a formula without its minus sign. Sphinx puts
-every math it did parse in an element of class `math` (MathJax typesets those), so any `$` or TeX command left in
-the text outside such an element, code and literal blocks aside, is math the reader sees raw.
+cause is a source line inside inline math that starts with `- `, `+ ` or `* `: Markdown reads it as a list
+item, the math is cut in two, and the reader sees a bullet, raw TeX and a formula without its minus sign.
+Sphinx puts every math it did parse in an element of class `math` (MathJax typesets those), so any `$` or TeX
+command left in the text outside such an element, code and literal blocks aside, is math the reader sees raw.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ RAW_TEX = re.compile(r"\$|\\[A-Za-z]+|\\[()\[\]]")
 # Text in these elements is code, or not shown as prose: a `$` or a backslash there is meant literally.
 LITERAL_TAGS = {"pre", "code", "kbd", "samp", "tt", "script", "style", "textarea", "head"}
 LITERAL_CLASSES = {"math", "literal", "highlight", "MathJax", "mjx-chtml"}
-VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+             "wbr"}
 
 
 class _RawTexFinder(HTMLParser):
@@ -56,7 +57,7 @@ class _RawTexFinder(HTMLParser):
 
 
 def raw_tex(html: str) -> list[str]:
-    """Each stretch of a page's text that shows a `$` or a TeX command outside a math element, with its line."""
+    """Each stretch of a page's text showing a `$` or a TeX command outside a math element, with its line."""
     finder = _RawTexFinder()
     finder.feed(html)
     finder.close()
@@ -110,10 +111,11 @@ def list_items_inside_math(text: str) -> list[int]:
 def test_no_source_line_inside_inline_math_starts_a_list_item():
     """The same slip, caught in the sources without a build."""
     assert list_items_inside_math("shaping, $F = \\gamma\\Phi(s')\n- \\Phi(s)$, does not") == [2]
-    bad = [f"{page.relative_to(BOOK)}:{number}" for page in sorted(BOOK.rglob("*.md")) if "_build" not in page.parts
+    sources = [page for page in sorted(BOOK.rglob("*.md")) if "_build" not in page.parts]
+    bad = [f"{page.relative_to(BOOK)}:{number}" for page in sources
            for number in list_items_inside_math(page.read_text(encoding="utf-8"))]
-    assert not bad, ("a line inside inline math starts with '- ', '+ ' or '* ', which Markdown reads as a list "
-                     "item (reflow the paragraph so that the line starts elsewhere):\n" + "\n".join(bad))
+    assert not bad, ("a line inside inline math starts with '- ', '+ ' or '* ', which Markdown reads as a "
+                     "list item (reflow the paragraph so that the line starts elsewhere):\n" + "\n".join(bad))
 
 
 def test_no_page_shows_raw_tex():
@@ -123,6 +125,7 @@ def test_no_page_shows_raw_tex():
         found = raw_tex(page.read_text(encoding="utf-8", errors="replace"))
         if found:
             bad[str(page.relative_to(root))] = found[:5]
-    assert not bad, ("math left as raw text outside a typeset math element (a `$` or a TeX command the reader "
-                     "sees as is; often a source line inside `$...$` that starts with `- `, `+ ` or `* `):\n"
+    assert not bad, ("math left as raw text outside a typeset math element (a `$` or a TeX command the "
+                     "reader sees as is; often a source line inside `$...$` that starts with `- `, `+ ` or "
+                     "`* `):\n"
                      + "\n".join(f"{page}:\n  " + "\n  ".join(lines) for page, lines in bad.items()))
