@@ -154,7 +154,7 @@ def train_until(run: T.Run, end: int) -> None:
     for step in range(run.step, end):
         timing.take()  # a step's phases start empty, as in the trainer's own loop
         t, cpu = time.perf_counter(), time.process_time()
-        row = T.sft_step(run, step) if step < run.cfg.sft.steps else T.rl_step(run, step, None, None)
+        row = T.sft_step(run, step) if step < run.cfg.sft.steps else T.rl_step(run, step)
         T.finish_step(run, row, t, last=False)
         state["train_s"] += time.perf_counter() - t
         state["cpu_s"] += time.process_time() - cpu

@@ -3,7 +3,9 @@ book/part1/07_off_policy_ppo_kl_rewards.md; lecture notes sections 2-7).
 
 An algorithm says everything the trainer needs to know about it, so the trainer never asks for its name:
 
-* ``advantages(batch, state)``: the credit of each episode (``[B]``) or turn (``[B, T]``);
+* ``advantages(batch, state, features)``: the credit of each episode (``[B]``) or turn (``[B, T]``), one call
+  for every algorithm (``features``: the policy's decision states where ``needs_decision_states``, else None);
+* ``continuations()``: ``(K, gamma)``, K continuations from each turn's saved state and their discount;
 * ``surrogate(logprobs, batch, advantages, ref_logprobs)``: the per-token quantity to maximise (``[B, L-1]``);
 * ``loss_mask(batch, advantages)``: which tokens enter the loss (ReST-EM keeps only the kept episodes');
 * ``objective``: how tokens are summed and normalised (an ``estimators.aggregation.OBJECTIVES`` name);
@@ -21,6 +23,7 @@ algorithm is one class with ``@register``, in this file or a file of its own.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -88,9 +91,8 @@ class Algorithm:
     uses_rollouts: ClassVar[bool] = True  # False: it trains on demonstrations (SFT)
     #: What a user's ``loss_fn`` receives here: the call :meth:`user_loss` makes.
     loss_fn_signature: ClassVar[str] = "loss_fn(logprobs, action_mask, advantages, max_tokens)"
-    #: Its advantages read the policy's hidden state at each turn's decision (a critic): the trainer passes them
-    #: as ``advantages(batch, state, features)``, ``features = (decision states [B, T, d], state after the last
-    #: turn [B, d])``, detached.
+    #: Its advantages read the policy's hidden state at each turn's decision (a critic): the trainer computes
+    #: ``features`` for :meth:`advantages` only then (else it passes None).
     needs_decision_states: ClassVar[bool] = False
     epochs = 1  # passes over each rollout batch (a field where an algorithm makes it an option)
     minibatches = 1  # optimizer steps per pass
@@ -103,12 +105,17 @@ class Algorithm:
         """Whether the surrogate needs the log-probs of a frozen reference policy."""
         return False
 
-    def continuations(self) -> int:
-        """K: continuations its advantages need from the saved state before each turn (0: none). The trainer
-        samples them after collecting (``agent_lab.branching``) into ``batch.continuation_returns``."""
-        return 0
+    def continuations(self) -> tuple[int, float]:
+        """``(K, gamma)``: K continuations its advantages need from the saved state before each turn (0: none)
+        and the discount of their returns. The trainer samples them after collecting (``agent_lab.branching``)
+        into ``batch.continuation_returns``."""
+        return 0, 1.0
 
-    def advantages(self, batch, state: AlgoState) -> Tensor:  # pragma: no cover - overridden
+    def advantages(self, batch, state: AlgoState,
+                   features: tuple[Tensor, Tensor] | None = None) -> Tensor:  # pragma: no cover - overridden
+        """The credit of each episode ``[B]`` or turn ``[B, T]`` of ``batch``; ``state`` carries what the algorithm
+        keeps across steps (a running mean), ``features`` the policy's detached hidden states ``(at each turn's
+        decision [B, T, d], after the last turn [B, d])`` when :attr:`needs_decision_states`, else None."""
         raise NotImplementedError
 
     def surrogate(self, logprobs: Tensor, batch, advantages: Tensor, ref_logprobs: Tensor | None = None):
@@ -157,6 +164,11 @@ _REGISTRY: dict[str, type[Algorithm]] = declared("algorithm")
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
     """Class decorator: make ``cls`` available to :func:`make_algorithm` under ``cls.name``."""
+    try:  # the trainer makes one call for every algorithm: refuse, at import, a class it could not call
+        inspect.signature(cls.advantages).bind(cls, "batch", "state", "features")
+    except TypeError:
+        raise TypeError(f"{cls.__name__}.advantages must accept (batch, state, features=None), as "
+                        "Algorithm.advantages does; features is None unless needs_decision_states") from None
     _REGISTRY[cls.name] = cls
     return cls
 
@@ -186,7 +198,7 @@ class Reinforce(Algorithm):
         if not 0 < self.gamma <= 1:
             raise ValueError(f"gamma must be in (0, 1], got {self.gamma}")
 
-    def advantages(self, batch, state: AlgoState) -> Tensor:
+    def advantages(self, batch, state: AlgoState, features=None) -> Tensor:
         if self.reward_to_go:
             ret = reward_to_go(batch.rewards, gamma=self.gamma, mask=batch.turn_mask)  # [B, T]
         else:
@@ -218,7 +230,7 @@ class RLOO(Algorithm):
     name: ClassVar[str] = "rloo"
     needs_groups: ClassVar[bool] = True
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return rloo_advantages(batch.episode_return, self.group_size)
 
     def describe(self):
@@ -234,7 +246,7 @@ class GRPO(Algorithm):
     needs_groups: ClassVar[bool] = True
     EPS: ClassVar[float] = 1e-6  # one constant for the computation and the printed loss
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return group_standardized_advantages(batch.episode_return, self.group_size, eps=self.EPS)
 
     def describe(self):
@@ -249,7 +261,7 @@ class DrGRPO(Algorithm):
     name: ClassVar[str] = "dr_grpo"
     needs_groups: ClassVar[bool] = True
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return group_centered_advantages(batch.episode_return, self.group_size)
 
     def describe(self):
@@ -302,7 +314,7 @@ class GiGPO(Algorithm):
     def _ids(self, batch) -> Tensor:
         return anchor_state_ids(anchor_keys(batch, self.anchor), batch.rewards.shape[1]).to(batch.rewards.device)
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return anchor_state_advantages(batch.rewards, self._ids(batch), batch.turn_mask, self.group_size, self.gamma,
                                        step_weight=self.step_weight)
 
@@ -338,7 +350,7 @@ class RestEM(Algorithm):
         if not math.isfinite(self.threshold):
             raise ValueError(f"rest_em_threshold must be a finite number, got {self.threshold!r}")
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return rest_em_filter(batch.episode_return, self.threshold).weights  # 1 on kept episodes, 0 on the rest
 
     def loss_mask(self, batch, advantages):
@@ -388,7 +400,7 @@ class PPO(Algorithm):
     def needs_reference(self) -> bool:
         return self.kl_coef > 0
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return group_centered_advantages(batch.episode_return, self.group_size)
 
     def surrogate(self, logprobs, batch, advantages, ref_logprobs=None):
@@ -544,10 +556,10 @@ class VinePPO(PPO):
         if not 0 < self.gamma <= 1:
             raise ValueError(f"vine_gamma must be in (0, 1], got {self.gamma}")
 
-    def continuations(self) -> int:
-        return self.branches
+    def continuations(self) -> tuple[int, float]:
+        return self.branches, self.gamma
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         cont = batch.continuation_returns
         if cont is None or cont.shape[-1] != self.branches:
             got = "none" if cont is None else f"{cont.shape[-1]} per turn"
@@ -579,7 +591,7 @@ class SFT(Algorithm):
     default_objective: ClassVar[str] = "token_mean"
     uses_rollouts: ClassVar[bool] = False
 
-    def advantages(self, batch, state):
+    def advantages(self, batch, state, features=None):
         return torch.ones(len(batch), device=batch.input_ids.device)
 
     def describe(self):

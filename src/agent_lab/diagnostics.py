@@ -1,8 +1,9 @@
-"""Per-step training diagnostics: JSONL and CSV files, a PNG of curves, the progress of a run and what to try
-when it ends below the optimum (book/part2/08_diagnostics.md; foundations chapter section 17, "Estimator
-diagnostics").
+"""Per-step training diagnostics: the run's description, a step's row from its rollouts and updates, JSONL and
+CSV files, a PNG of curves, the progress of a run and what to try when it ends below the optimum
+(book/part2/08_diagnostics.md; foundations chapter section 17, "Estimator diagnostics").
 
-The trainer computes the numbers (:mod:`agent_lab.update` defines each one); this module only stores, draws
+:mod:`agent_lab.update` computes each update's statistics and the algorithm its own; this module gathers them
+into the step's row (:func:`rollout_diagnostics`, :func:`summarise_updates`, :func:`phase_times`), stores, draws
 and reads them. Every row is a flat dict of floats plus ``step`` and ``phase``.
 """
 
@@ -16,9 +17,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from torch import Tensor
+
+from agent_lab import timing
+from agent_lab.estimators.statistics import degenerate_group_fraction
 from agent_lab.update import KL_NEW_REF, KL_OLD_NEW
+
 
 @dataclass(frozen=True)
 class Panel:
@@ -57,6 +63,88 @@ PANELS: tuple[Panel, ...] = (
 #: Legend labels: the direction and sampling distribution of each KL, in symbols.
 LABELS = {KL_OLD_NEW: "KL(old||new), k3 on old", KL_NEW_REF: "KL(new||ref), rho-weighted k3 on old",
           "eval_success": "greedy (held out)", "success": "training batch", "optimum": "planner"}
+
+
+# ----------------------------------------------------------------------------- what a run says and logs
+# ``run`` below is the trainer's Run (agent_lab.trainer), read by attribute: this module sits below the trainer.
+def describe_run(run: Any, phases: tuple[str, ...]) -> str:
+    """The exact loss and settings of the run, as printed at its start and saved to loss.txt."""
+    cfg, m, s = run.cfg, run.cfg.model, run.cfg.sampling
+    options = f" {cfg.env_options}" if cfg.env_options else ""
+    lines = [f"agent-lab train: env={cfg.env}{options} seed={cfg.seed}",
+             f"policy: decoder-only transformer d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
+             f"positions={m.positions} ({run.model.num_parameters()} parameters)",
+             f"sampling: temperature={s.temperature} top_p={s.top_p} candidate_mask={s.candidate_mask} "
+             "(behaviour log-probs recorded under this transform)"]
+    if "sft" in phases and cfg.sft.steps:
+        lines.append(f"SFT ({cfg.sft.steps} steps, {cfg.sft.batch_size} demonstrations/step, "
+                     f"lr={cfg.sft.lr or cfg.optimizer.lr}"
+                     + (f", linear to 0 over the last {cfg.sft.lr_decay_steps}" if cfg.sft.lr_decay_steps else "")
+                     + f"): {run.sft_algo.describe()}")
+    a = cfg.algorithm
+    if "rl" in phases and a.steps:
+        lines.append(f"RL ({a.steps} steps, batch {a.batch_size} = {a.batch_size // a.group_size} tasks x "
+                     f"{a.group_size}, lr={cfg.optimizer.lr}): {run.algo.describe()}")
+        if a.entropy_coef > 0:
+            lines.append(f"entropy bonus: s_ij += {a.entropy_coef} * H(pi(. | x_<ij))")
+    lines += [p.describe(cfg) for p in run.plugins]
+    if cfg.run.micro_batch_size:
+        lines.append(f"micro-batches of {cfg.run.micro_batch_size} episodes, gradients accumulated; every "
+                     "normaliser is the whole step's")
+    if run.advantage_fn is not None:
+        lines.append("advantage: replaced by the user's advantage_fn(rewards, group_size)")
+    if run.loss_fn is not None:
+        lines.append(f"loss: replaced by the user's {run.algo.loss_fn_signature}")
+    o = cfg.optimizer
+    lines.append(f"optimizer: Adam(lr={o.lr}, betas=(0.9, 0.99), weight_decay={o.weight_decay}); "
+                 f"gradient-norm clipping at {o.grad_clip}")
+    return "\n".join(lines)
+
+
+def rollout_diagnostics(run: Any, batch, sampled, adv: Tensor) -> dict:
+    """Reward, success, all-equal groups and refused actions of every sampled episode; the update batch's
+    advantages and lengths, and what the algorithm itself logs (``Algorithm.statistics``)."""
+    every = sampled.episode_return
+    row = dict(reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
+               success=float(sampled.success.float().mean()),
+               degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
+               advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
+               action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
+               **run.algo.statistics(batch))
+    refused = rejected_share(sampled.episode_logs)
+    if refused is not None:  # an environment without logs has no refusals to count
+        row["rejected_share"] = refused
+    return row
+
+
+def rejected_share(episode_logs: list[dict]) -> float | None:
+    """The share of the logged turns whose action the environment refused (a turn logged with an ``error``:
+    unparseable text, or a well-formed action its rules forbid), pooled over episodes; ``None`` without logs.
+    Near 1 early in pure RL without the candidate mask: the policy has not yet found the action format."""
+    errors = [t.get("error") is not None for log in episode_logs for t in log["turns"]]
+    return sum(errors) / len(errors) if errors else None
+
+
+def summarise_updates(updates: list[dict]) -> dict:
+    """One row from a step's updates: the last update's statistics, the first update's gradient norms and
+    sampler-trainer gap (theta = theta_old there), the largest ratio over all of them, and the tokens of every
+    update's passes (an episode trained on in two epochs counts twice)."""
+    first, last = updates[0], updates[-1]
+    row = dict(last, train_tokens=sum(u["train_tokens"] for u in updates))
+    for k in ("grad_norm_before", "grad_norm_after", "logprob_gap_max", "logprob_gap_mean"):
+        if k in first:
+            row[k] = first[k]
+    if "ratio_mean" in first:
+        row["ratio_first_epoch"] = first["ratio_mean"]
+        row["ratio_max"] = max(u.get("ratio_max", float("nan")) for u in updates)
+    return row
+
+
+def phase_times(spans: dict[str, float], seconds: float) -> dict[str, float]:
+    """``time_<phase>_s`` for each phase a step spent time in and ``time_other_s``, the rest of its ``seconds``."""
+    out = {f"time_{name}_s": spans[name] for name in timing.PHASES if name in spans}
+    out["time_other_s"] = max(0.0, seconds - sum(spans.values()))
+    return out
 
 
 class MetricsWriter:

@@ -40,9 +40,9 @@ from agent_lab.branching import continuation_returns
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
 from agent_lab.device import HeapTrimmer, map_large_blocks, pick_device, release_freed_memory
-from agent_lab.diagnostics import MetricsWriter, Progress, plot_curves
+from agent_lab.diagnostics import (MetricsWriter, Progress, describe_run, phase_times, plot_curves, rejected_share,
+                                   rollout_diagnostics, summarise_updates)
 from agent_lab.estimators.logprobs import token_logprobs
-from agent_lab.estimators.statistics import degenerate_group_fraction
 from agent_lab.evaluation import EvalReport, evaluate, load_checkpoint, model_config, save_checkpoint
 from agent_lab.plugins import AuxiliaryLoss, Collector, DemonstrationSource, Plugin, make_plugins
 from agent_lab.policy import TinyTransformer, WordTokenizer
@@ -112,6 +112,9 @@ class Run:
     trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step and rollout: freed memory to the OS
     description: str = ""
     writer: MetricsWriter | None = None
+    # the user's functions in place of the algorithm's (train's advantage_fn, loss_fn): RL steps only
+    advantage_fn: AdvantageFn | None = None
+    loss_fn: LossFn | None = None
     # plain data that a program driving the loop keeps with the run (bench/crafting_curve.py's curve so far):
     # saved in every checkpoint and restored with it, so the driver resumes exactly where the run does
     driver_state: dict = field(default_factory=dict)
@@ -144,26 +147,26 @@ def train(config: TrainConfig | None = None, advantage_fn: AdvantageFn | None = 
     max_tokens``: every worker holds ``B / W`` episodes); a normaliser that depends on the data (a token count)
     must come as the pair, whose denominator is summed over workers (``estimators.reduce_loss``).
     """
-    cfg = _prepare(config, overrides, advantage_fn, loss_fn)
+    cfg = _prepare(config, overrides, loss_fn)
     with _cpu_threads(cfg):
-        run = start_run(cfg, phases=("sft", "rl"), hooks=(advantage_fn, loss_fn), progress=progress)
+        run = start_run(cfg, phases=("sft", "rl"), advantage_fn=advantage_fn, loss_fn=loss_fn, progress=progress)
         if run.step < cfg.sft.steps:
-            _phase(run, cfg.sft.steps, sft_step, progress)
+            run_phase(run, cfg.sft.steps, progress)
         if run.stopped is None and run.step < cfg.total_steps:
-            _phase(run, cfg.total_steps, lambda r, s: rl_step(r, s, advantage_fn, loss_fn), progress)
+            run_phase(run, cfg.total_steps, progress)
         return finish_run(run)
 
 
 def train_sft(config: TrainConfig | None = None, *, progress: bool = True, **overrides: Any) -> TrainResult:
     """The cold start alone: ``sft.steps`` supervised steps, a run of its own (its own run directory and
     checkpoint). Continue it with ``train_rl(config, init=result)``."""
-    cfg = _prepare(config, overrides, None, None)
+    cfg = _prepare(config, overrides)
     if cfg.sft.steps < 1:
         raise ValueError("train_sft needs sft_steps >= 1")
     with _cpu_threads(cfg):
         run = start_run(cfg, phases=("sft",), progress=progress)
         if run.step < cfg.sft.steps:
-            _phase(run, cfg.sft.steps, sft_step, progress)
+            run_phase(run, cfg.sft.steps, progress)
         return finish_run(run)
 
 
@@ -177,22 +180,23 @@ def train_rl(config: TrainConfig | None = None, *, init: TrainResult | str | Pat
     optimizer; ``None`` starts from random weights, which needs ``sft.steps == 0``. ``resume=True`` continues
     this run's own checkpoint instead. Student hooks as in :func:`train`.
     """
-    cfg = _prepare(config, overrides, advantage_fn, loss_fn)
+    cfg = _prepare(config, overrides, loss_fn)
     if cfg.algorithm.steps < 1:
         raise ValueError("train_rl needs steps >= 1")
     if init is None and not cfg.run.resume and cfg.sft.steps > 0:
         raise ValueError(f"RL starts after the {cfg.sft.steps}-step cold start: pass init=train_sft(config), or set "
                          "sft_steps=0 to start RL from random weights")
     with _cpu_threads(cfg):
-        run = start_run(cfg, phases=("rl",), init=init, hooks=(advantage_fn, loss_fn), progress=progress)
+        run = start_run(cfg, phases=("rl",), init=init, advantage_fn=advantage_fn, loss_fn=loss_fn,
+                        progress=progress)
         if run.step < cfg.sft.steps:
             raise ValueError(f"RL starts after the {cfg.sft.steps}-step cold start, but the run is at step {run.step}: "
                              "pass init=train_sft(config) (or a checkpoint that finished it), or set sft_steps=0")
-        _phase(run, cfg.total_steps, lambda r, s: rl_step(r, s, advantage_fn, loss_fn), progress)
+        run_phase(run, cfg.total_steps, progress)
         return finish_run(run)
 
 
-def _prepare(config: TrainConfig | None, overrides: dict, advantage_fn, loss_fn) -> TrainConfig:
+def _prepare(config: TrainConfig | None, overrides: dict, loss_fn: LossFn | None = None) -> TrainConfig:
     """The run's configuration with ``overrides`` applied, checked in full before any work."""
     cfg = (config or TrainConfig()).replace(**overrides)
     check_config(cfg, int(os.environ.get("WORLD_SIZE", "1")))
@@ -230,10 +234,10 @@ def max_action_tokens(env) -> int:
     return int(env.max_policy_tokens)
 
 
-def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, hooks=(None, None),
-              progress: bool = False) -> Run:
-    """Build the run: environment, tokenizer, policy (seeded), optimizer; then restore a checkpoint
-    (``resume``) or continue ``init``; write config.json and loss.txt and open the metrics."""
+def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, advantage_fn: AdvantageFn | None = None,
+              loss_fn: LossFn | None = None, progress: bool = False) -> Run:
+    """Build the run: environment, tokenizer, policy (seeded), optimizer, the user's functions; then restore a
+    checkpoint (``resume``) or continue ``init``; write config.json and loss.txt and open the metrics."""
     map_large_blocks()  # large tensors straight back to the OS when freed, so held memory cannot creep up
     device = pick_device(cfg.run.device)
     info = D.setup(device.type)
@@ -255,7 +259,7 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, hooks=(None,
     run = Run(cfg, env, tok, model, ddp_model, optimizer, device,
               torch.bfloat16 if (cfg.run.bf16 and device.type == "cuda") else None, info,
               cfg.algorithm.build(max_tok), make_algorithm("sft", group_size=1, max_tokens=max_tok),
-              make_plugins(cfg.plugins), run_dir)
+              make_plugins(cfg.plugins), run_dir, advantage_fn=advantage_fn, loss_fn=loss_fn)
     source = run_dir / "checkpoint.pt" if cfg.run.resume else init
     if cfg.run.resume and not source.exists():
         raise ValueError(f"resume=True but {source} does not exist")
@@ -264,7 +268,7 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, hooks=(None,
         run.step = cfg.sft.steps
     elif source is not None:
         restore(run, source.checkpoint if isinstance(source, TrainResult) else Path(source))
-    run.description = describe_run(run, phases, *hooks)
+    run.description = describe_run(run, phases)
     _open_run_dir(run, progress)
     return run
 
@@ -346,14 +350,15 @@ def _evaluate(run: Run) -> EvalReport:
 
 
 # ----------------------------------------------------------------------------- the loop
-def _phase(run: Run, end: int, step_fn: Callable[[Run, int], dict], progress: bool) -> None:
-    """Steps ``run.step .. end - 1`` of one phase, each finished by :func:`finish_step`."""
-    bar = Progress(end, run.step, desc=run.algo.name if run.step >= run.cfg.sft.steps else "sft",
-                   enabled=progress and run.info.is_main)
+def run_phase(run: Run, end: int, progress: bool) -> None:
+    """Steps ``run.step .. end - 1`` of the phase the run is in (SFT before ``sft.steps``, then RL), each
+    finished by :func:`finish_step`."""
+    sft = run.step < run.cfg.sft.steps
+    bar = Progress(end, run.step, desc="sft" if sft else run.algo.name, enabled=progress and run.info.is_main)
     for step in range(run.step, end):
         timing.take()  # a step's phases start empty (work between steps is no step's)
         t = time.perf_counter()
-        row = step_fn(run, step)
+        row = sft_step(run, step) if sft else rl_step(run, step)
         finish_step(run, row, t, last=step == end - 1)
         bar.update(row)
         if run.stopped is not None:
@@ -392,13 +397,6 @@ def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
     if D.all_mean(float(reason is not None), run.info) > 0:  # every worker stops at the same step
         run.stopped = reason or "another worker stopped"
     run.trim_heap(time.perf_counter() - t_start)
-
-
-def phase_times(spans: dict[str, float], seconds: float) -> dict[str, float]:
-    """``time_<phase>_s`` for each phase a step spent time in and ``time_other_s``, the rest of its ``seconds``."""
-    out = {f"time_{name}_s": spans[name] for name in timing.PHASES if name in spans}
-    out["time_other_s"] = max(0.0, seconds - sum(spans.values()))
-    return out
 
 
 def sft_lr_at(cfg: TrainConfig, step: int) -> float:
@@ -440,7 +438,7 @@ def sft_step(run: Run, step: int) -> dict:
     return row
 
 
-def rl_step(run: Run, step: int, advantage_fn: AdvantageFn | None, loss_fn: LossFn | None) -> dict:
+def rl_step(run: Run, step: int) -> dict:
     """One RL step: collect, advantages, (reference log-probs), update, diagnostics."""
     row: dict[str, Any] = {"step": step, "phase": run.algo.name, "lr": _set_lr(run, run.cfg.optimizer.lr)}
     if run.algo.needs_reference() and run.ref_model is None:  # the frozen reference: the policy when RL starts
@@ -451,12 +449,12 @@ def rl_step(run: Run, step: int, advantage_fn: AdvantageFn | None, loss_fn: Loss
     row.update(figures, rollout_s=time.perf_counter() - t, rollout_tokens=float(sampled.attention_mask.sum()))
     run.trim_heap(row["rollout_s"])  # the sampler's freed cache back before the update allocates its activations
     with span("advantages"):
-        adv = advantages(run, batch, advantage_fn)
+        adv = advantages(run, batch)
     for aux in run.of_kind(AuxiliaryLoss, "rl"):
         row.update(aux.prepare(run, batch))
     with span("reference"):
         ref_lp = reference_logprobs(run, batch)
-    updates = update(run, batch, adv, ref_lp, loss_fn)
+    updates = update(run, batch, adv, ref_lp)
     row.update(summarise_updates(updates))
     row.update(rollout_diagnostics(run, batch, sampled, adv))
     # every sampled episode counts, on every worker
@@ -474,25 +472,27 @@ def collect(run: Run, step: int) -> tuple[RolloutBatch, RolloutBatch, dict]:
     else:
         batch = sampled = group_rollouts(run, step)
         figures = {}
-    k = run.algo.continuations()
+    k, gamma = run.algo.continuations()
     if k:  # the algorithm's values come from continuations of the update batch's saved states
         returns, cost = continuation_returns(run.model, run.tok, batch, k, run.cfg.sampling,
                                              branch_generator(run.cfg.seed, step, run.info.rank, run.device),
-                                             gamma=run.algo.gamma, autocast_dtype=run.amp_dtype)
+                                             gamma=gamma, autocast_dtype=run.amp_dtype)
         batch = dataclasses.replace(batch, continuation_returns=returns)
         figures = {**figures, **cost}
     return batch, sampled, figures
 
 
-def advantages(run: Run, batch: RolloutBatch, advantage_fn: AdvantageFn | None) -> Tensor:
-    if advantage_fn is None and run.algo.needs_decision_states:
-        with torch.no_grad(), run.amp():
-            features = policy_features(run.model, batch)
+def advantages(run: Run, batch: RolloutBatch) -> Tensor:
+    """The RL batch's advantages: the user's ``advantage_fn`` of the episode returns when the run has one, else
+    the algorithm's, with the policy's decision states when it reads them (a critic)."""
+    if run.advantage_fn is None:
+        features = None
+        if run.algo.needs_decision_states:
+            with torch.no_grad(), run.amp():
+                features = policy_features(run.model, batch)
         return run.algo.advantages(batch, run.state, features)
-    if advantage_fn is None:
-        return run.algo.advantages(batch, run.state)
     rewards = batch.episode_return
-    adv = advantage_fn(rewards, run.cfg.algorithm.group_size)
+    adv = run.advantage_fn(rewards, run.cfg.algorithm.group_size)
     if not (isinstance(adv, Tensor) and adv.shape == rewards.shape):
         raise ValueError(f"advantage_fn must return a tensor of shape {tuple(rewards.shape)}, got "
                          f"{type(adv).__name__} {tuple(getattr(adv, 'shape', ()))}")
@@ -507,7 +507,7 @@ def reference_logprobs(run: Run, batch: RolloutBatch) -> Tensor | None:
         return token_logprobs(policy_logits(run.ref_model, batch, batch.temperature), batch.input_ids[:, 1:])
 
 
-def update(run: Run, batch: RolloutBatch, adv: Tensor, ref_lp: Tensor | None, loss_fn: LossFn | None) -> list[dict]:
+def update(run: Run, batch: RolloutBatch, adv: Tensor, ref_lp: Tensor | None) -> list[dict]:
     """``algo.epochs`` passes over the batch, each in ``algo.minibatches`` optimizer steps (CleanRL's loop)."""
     algo, out = run.algo, []
     n_mb = algo.minibatches
@@ -517,90 +517,19 @@ def update(run: Run, batch: RolloutBatch, adv: Tensor, ref_lp: Tensor | None, lo
             mb, mb_adv, mb_ref = (batch, adv, ref_lp) if n_mb == 1 else take(batch, adv, ref_lp,
                                                                              slice(m * per, (m + 1) * per))
             # before the first optimizer step theta = theta_old: the sampler and the trainer must agree
-            out.append(_gradient_step(run, mb, mb_adv, algo, phase="rl", ref_lp=mb_ref, loss_fn=loss_fn,
-                                      sampler_view=not out))
+            out.append(_gradient_step(run, mb, mb_adv, algo, phase="rl", ref_lp=mb_ref, sampler_view=not out))
     return out
 
 
 def _gradient_step(run: Run, batch: RolloutBatch, adv: Tensor, algo: Algorithm, phase: str,
-                   ref_lp: Tensor | None = None, loss_fn: LossFn | None = None, sampler_view: bool = False) -> dict:
+                   ref_lp: Tensor | None = None, sampler_view: bool = False) -> dict:
+    """One optimizer step of ``phase`` with its auxiliary losses; the user's ``loss_fn`` replaces RL's loss only."""
     terms = [lambda mb, lp, whole, last, aux=aux: aux.term(run, mb, lp, whole, last)
              for aux in run.of_kind(AuxiliaryLoss, phase)]
+    rl = phase == "rl"
     return gradient_step(run.model, run.optimizer, batch, adv, algo, grad_clip=run.cfg.optimizer.grad_clip,
-                         entropy_coef=run.cfg.algorithm.entropy_coef if phase == "rl" else 0.0,
-                         ref_logprobs=ref_lp, loss_fn=loss_fn, micro_batch_size=run.cfg.run.micro_batch_size,
+                         entropy_coef=run.cfg.algorithm.entropy_coef if rl else 0.0, ref_logprobs=ref_lp,
+                         loss_fn=run.loss_fn if rl else None, micro_batch_size=run.cfg.run.micro_batch_size,
                          terms=terms, ddp=run.ddp_model if run.info.enabled else None, amp=run.amp(),
                          sampler_view=sampler_view)
 
-
-def summarise_updates(updates: list[dict]) -> dict:
-    """One row from a step's updates: the last update's statistics, the first update's gradient norms and
-    sampler-trainer gap (theta = theta_old there), the largest ratio over all of them, and the tokens of every
-    update's passes (an episode trained on in two epochs counts twice)."""
-    first, last = updates[0], updates[-1]
-    row = dict(last, train_tokens=sum(u["train_tokens"] for u in updates))
-    for k in ("grad_norm_before", "grad_norm_after", "logprob_gap_max", "logprob_gap_mean"):
-        if k in first:
-            row[k] = first[k]
-    if "ratio_mean" in first:
-        row["ratio_first_epoch"] = first["ratio_mean"]
-        row["ratio_max"] = max(u.get("ratio_max", float("nan")) for u in updates)
-    return row
-
-
-def rollout_diagnostics(run: Run, batch: RolloutBatch, sampled: RolloutBatch, adv: Tensor) -> dict:
-    """Reward, success, all-equal groups and refused actions of every sampled episode; the update batch's
-    advantages and lengths, and what the algorithm itself logs (``Algorithm.statistics``)."""
-    every = sampled.episode_return
-    row = dict(reward_mean=float(every.mean()), reward_std=float(every.std()) if len(every) > 1 else 0.0,
-               success=float(sampled.success.float().mean()),
-               degenerate_fraction=float(degenerate_group_fraction(every, run.cfg.algorithm.group_size)),
-               advantage_abs_mean=float(adv.abs().mean()), episode_turns=float(batch.num_turns.float().mean()),
-               action_tokens=float(batch.num_action_tokens.float().mean()), policy_lag=0,
-               **run.algo.statistics(batch))
-    refused = rejected_share(sampled.episode_logs)
-    if refused is not None:  # an environment without logs has no refusals to count
-        row["rejected_share"] = refused
-    return row
-
-
-def rejected_share(episode_logs: list[dict]) -> float | None:
-    """The share of the logged turns whose action the environment refused (a turn logged with an ``error``:
-    unparseable text, or a well-formed action its rules forbid), pooled over episodes; ``None`` without logs.
-    Near 1 early in pure RL without the candidate mask: the policy has not yet found the action format."""
-    errors = [t.get("error") is not None for log in episode_logs for t in log["turns"]]
-    return sum(errors) / len(errors) if errors else None
-
-
-def describe_run(run: Run, phases: tuple[str, ...], advantage_fn=None, loss_fn=None) -> str:
-    """The exact loss and settings of the run, as printed at its start and saved to loss.txt."""
-    cfg, m, s = run.cfg, run.cfg.model, run.cfg.sampling
-    options = f" {cfg.env_options}" if cfg.env_options else ""
-    lines = [f"agent-lab train: env={cfg.env}{options} seed={cfg.seed}",
-             f"policy: decoder-only transformer d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
-             f"positions={m.positions} ({run.model.num_parameters()} parameters)",
-             f"sampling: temperature={s.temperature} top_p={s.top_p} candidate_mask={s.candidate_mask} "
-             "(behaviour log-probs recorded under this transform)"]
-    if "sft" in phases and cfg.sft.steps:
-        lines.append(f"SFT ({cfg.sft.steps} steps, {cfg.sft.batch_size} demonstrations/step, "
-                     f"lr={cfg.sft.lr or cfg.optimizer.lr}"
-                     + (f", linear to 0 over the last {cfg.sft.lr_decay_steps}" if cfg.sft.lr_decay_steps else "")
-                     + f"): {run.sft_algo.describe()}")
-    a = cfg.algorithm
-    if "rl" in phases and a.steps:
-        lines.append(f"RL ({a.steps} steps, batch {a.batch_size} = {a.batch_size // a.group_size} tasks x "
-                     f"{a.group_size}, lr={cfg.optimizer.lr}): {run.algo.describe()}")
-        if a.entropy_coef > 0:
-            lines.append(f"entropy bonus: s_ij += {a.entropy_coef} * H(pi(. | x_<ij))")
-    lines += [p.describe(cfg) for p in run.plugins]
-    if cfg.run.micro_batch_size:
-        lines.append(f"micro-batches of {cfg.run.micro_batch_size} episodes, gradients accumulated; every "
-                     "normaliser is the whole step's")
-    if advantage_fn is not None:
-        lines.append("advantage: replaced by the user's advantage_fn(rewards, group_size)")
-    if loss_fn is not None:
-        lines.append(f"loss: replaced by the user's {run.algo.loss_fn_signature}")
-    o = cfg.optimizer
-    lines.append(f"optimizer: Adam(lr={o.lr}, betas=(0.9, 0.99), weight_decay={o.weight_decay}); "
-                 f"gradient-norm clipping at {o.grad_clip}")
-    return "\n".join(lines)

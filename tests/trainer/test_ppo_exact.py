@@ -16,8 +16,9 @@ from exact_batches import MU, TOKENS, FixedLogits, kl, one_token_batch
 
 from agent_lab import distributed as D
 from agent_lab.algorithms import KL_PENALTY, make_algorithm
+from agent_lab.diagnostics import summarise_updates
 from agent_lab.estimators import KL_OLD_NEW
-from agent_lab.trainer import Run, TrainConfig, summarise_updates, update
+from agent_lab.trainer import Run, TrainConfig, update
 from agent_lab.update import KL_NEW_REF, loss_and_stats
 
 PI = [0.2, 0.35, 0.45]
@@ -109,7 +110,7 @@ def test_later_epochs_see_the_moved_policy_against_the_recorded_behaviour_log_pr
     adv, lr, eps, B = [1.0, -1.0, 1.0, -1.0], 4.0, 0.2, len(TOKENS)
     model = FixedLogits([MU] * B)
     batch = one_token_batch(TOKENS, [MU[t] for t in TOKENS])
-    updates = update(_ppo_run(model, epochs=2, lr=lr), batch, torch.tensor(adv, dtype=torch.float64), None, None)
+    updates = update(_ppo_run(model, epochs=2, lr=lr), batch, torch.tensor(adv, dtype=torch.float64), None)
     assert len(updates) == 2
     mu = torch.tensor(MU, dtype=torch.float64)
     z1 = [mu.log() + lr * a * (onehot(t) - mu) / B for t, a in zip(TOKENS, adv)]  # z - lr * d loss / dz

@@ -42,8 +42,8 @@ class Toy(DrGRPO):
         if not self.toy_scale >= 0:
             raise ValueError(f"toy_scale must be >= 0, got {self.toy_scale}")
 
-    def advantages(self, batch, state):
-        return self.toy_scale * super().advantages(batch, state)
+    def advantages(self, batch, state, features=None):
+        return self.toy_scale * super().advantages(batch, state, features)
 '''
 
 

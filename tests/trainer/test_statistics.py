@@ -17,8 +17,8 @@ import torch
 from exact_batches import MU, TOKENS, FixedLogits, kl, one_token_batch, step
 
 from agent_lab.algorithms import make_algorithm
+from agent_lab.diagnostics import rejected_share, rollout_diagnostics, summarise_updates
 from agent_lab.estimators import KL_OLD_NEW
-from agent_lab.trainer import rollout_diagnostics, summarise_updates
 from agent_lab.update import KL_NEW_REF
 
 def test_kl_to_the_behaviour_policy_is_the_exact_forward_kl_under_enumeration():
@@ -156,7 +156,6 @@ def _three_number_search_episodes():
 
 
 def test_rejected_share_pools_the_refused_turns_of_every_episode():
-    from agent_lab.trainer import rejected_share
 
     logs = _three_number_search_episodes()
     assert [len(log["turns"]) for log in logs] == [1, 2, 2]

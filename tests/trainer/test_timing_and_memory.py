@@ -12,7 +12,8 @@ from conftest import FAST, grouped_number_search_batch
 from agent_lab import device, timing
 from agent_lab import trainer as trainer_module
 from agent_lab.algorithms import make_algorithm
-from agent_lab.trainer import phase_times, train
+from agent_lab.diagnostics import phase_times
+from agent_lab.trainer import train
 from agent_lab.update import gradient_step
 
 
