@@ -164,8 +164,12 @@ _REGISTRY: dict[str, type[Algorithm]] = declared("algorithm")
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:
     """Class decorator: make ``cls`` available to :func:`make_algorithm` under ``cls.name``."""
-    try:  # the trainer makes one call for every algorithm: refuse, at import, a class it could not call
-        inspect.signature(cls.advantages).bind(cls, "batch", "state", "features")
+    # the trainer passes features to every algorithm, plug-ins and direct callers may leave them out: refuse, at
+    # import, a class that either call would fail on
+    signature = inspect.signature(cls.advantages)
+    try:
+        signature.bind(cls, "batch", "state", "features")
+        signature.bind(cls, "batch", "state")
     except TypeError:
         raise TypeError(f"{cls.__name__}.advantages must accept (batch, state, features=None), as "
                         "Algorithm.advantages does; features is None unless needs_decision_states") from None

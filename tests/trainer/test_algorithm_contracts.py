@@ -4,13 +4,17 @@ baseline, the printed loss word for word, PPO's surrogate outside the mask, and 
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 import torch
 from exact_batches import one_token_batch
 
-from agent_lab.algorithms import AlgoState, make_algorithm
+from agent_lab.algorithms import Algorithm, AlgoState, DrGRPO, make_algorithm, register
+from agent_lab.config import declared
 from agent_lab.update import KL_NEW_REF, kl_to_reference, step_statistics, student_loss
 
 F64 = torch.float64
@@ -260,3 +264,37 @@ def test_an_unknown_algorithm_or_option_is_named_with_the_choices():
         make_algorithm("ppo", group_size=2, max_tokens=1, zeta=1, beta=2)  # the first unknown in sorted order
     assert str(err.value) == ("algo 'ppo' has no option 'beta'; its options are ['epochs', 'minibatches', 'clip_eps', "
                               "'kl_coef', 'kl_kind']")
+
+
+@pytest.mark.parametrize("name", sorted(declared("algorithm")))
+def test_every_registered_algorithms_advantages_take_batch_state_and_features(name):
+    params = list(inspect.signature(declared("algorithm")[name].advantages).parameters)
+    assert params[:4] == ["self", "batch", "state", "features"]
+    assert list(inspect.signature(Algorithm.advantages).parameters) == ["self", "batch", "state", "features"]
+
+
+def test_registering_an_algorithm_whose_advantages_cannot_take_features_is_refused_with_the_fix():
+    @dataclass
+    class TwoArguments(DrGRPO):
+        name: ClassVar[str] = "two_arguments"
+
+        def advantages(self, batch, state):
+            return super().advantages(batch, state)
+
+    @dataclass
+    class FeaturesRequired(DrGRPO):
+        name: ClassVar[str] = "features_required"
+
+        def advantages(self, batch, state, features):
+            return super().advantages(batch, state, features)
+
+    for cls in (TwoArguments, FeaturesRequired):
+        with pytest.raises(TypeError, match=rf"{cls.__name__}.advantages must accept \(batch, state, features=None\)"):
+            register(cls)
+        assert cls.name not in declared("algorithm")
+
+
+def test_continuations_say_how_many_and_the_discount_of_their_returns():
+    assert make_algorithm("dr_grpo", group_size=2, max_tokens=1).continuations() == (0, 1.0)
+    vine = make_algorithm("vineppo", group_size=1, max_tokens=1, branches=3, gamma=0.9)
+    assert vine.continuations() == (3, 0.9)

@@ -1,46 +1,13 @@
-"""The loop's contracts with what it calls: every algorithm's advantages take one call, continuations say their
-own discount, the user's functions travel on the run (RL steps only), and a phase runs the step of the phase
-the run is in."""
+"""The loop's contracts with what it calls: it branches with the discount the algorithm declares, the user's
+functions travel on the run (RL steps only), and a phase runs the step of the phase the run is in."""
 
 from __future__ import annotations
-
-import inspect
-from dataclasses import dataclass
-from typing import ClassVar
 
 import pytest
 from conftest import FAST
 
 import agent_lab.trainer as T
-from agent_lab.algorithms import Algorithm, DrGRPO, make_algorithm, register
-from agent_lab.config import declared
 from agent_lab.trainer import TrainConfig
-
-
-@pytest.mark.parametrize("name", sorted(declared("algorithm")))
-def test_every_registered_algorithms_advantages_take_batch_state_and_features(name):
-    params = list(inspect.signature(declared("algorithm")[name].advantages).parameters)
-    assert params[:4] == ["self", "batch", "state", "features"]
-    assert list(inspect.signature(Algorithm.advantages).parameters) == ["self", "batch", "state", "features"]
-
-
-def test_registering_an_algorithm_whose_advantages_cannot_take_features_is_refused_with_the_fix():
-    @dataclass
-    class TwoArguments(DrGRPO):
-        name: ClassVar[str] = "two_arguments"
-
-        def advantages(self, batch, state):
-            return super().advantages(batch, state)
-
-    with pytest.raises(TypeError, match=r"TwoArguments.advantages must accept \(batch, state, features=None\)"):
-        register(TwoArguments)
-    assert "two_arguments" not in declared("algorithm")
-
-
-def test_continuations_say_how_many_and_the_discount_of_their_returns():
-    assert make_algorithm("dr_grpo", group_size=2, max_tokens=1).continuations() == (0, 1.0)
-    vine = make_algorithm("vineppo", group_size=1, max_tokens=1, branches=3, gamma=0.9)
-    assert vine.continuations() == (3, 0.9)
 
 
 class Captured(Exception):
