@@ -52,6 +52,7 @@ from agent_lab.streams import branch_generator, demonstration_rng, group_rollout
 from agent_lab.timing import span
 from agent_lab.update import gradient_step, loss_and_stats, policy_logits, take
 
+# rejected_share lives in diagnostics; it stays importable from here for bench/bench_no_mask.py and the book
 __all__ = ["train", "train_sft", "train_rl", "TrainConfig", "TrainResult", "Run", "policy_logits", "loss_and_stats",
            "max_action_tokens", "sft_lr_at", "rejected_share"]
 
