@@ -25,18 +25,16 @@ Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _profile import format_profile, matmul_peak, peak_memory, throughput, train_flops_per_token  # noqa: E402
-from _results import RESULTS, save_section  # noqa: E402
+from _arms import add_child_options, run_fresh, write_result
+from _profile import format_profile, matmul_peak, peak_memory, throughput, train_flops_per_token
+from _results import RESULTS, save_section
 
-from agent_lab.diagnostics import time_profile  # noqa: E402
+from agent_lab.diagnostics import time_profile
 
 POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
 ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows": True},
@@ -76,30 +74,30 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
         pieces = [_piece("SFT", lambda: trainer.train_sft(sft_cfg, run_dir=f"{tmp}/sft", progress=False), True),
                   _piece("RL", lambda: trainer.train_rl(rl_cfg, init=POLICY, run_dir=f"{tmp}/rl", progress=False),
                          False)]
-    out.write_text(json.dumps(pieces))
+    write_result(out, pieces)
 
 
 def run_arm(arm: str, args: argparse.Namespace) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        subprocess.run([sys.executable, __file__, "--child", arm, "--sft-steps", str(args.sft_steps),
-                        "--rl-steps", str(args.rl_steps), "--out", str(out)], check=True)
-        return json.loads(out.read_text())
+    """:func:`child` in a fresh process: the pieces of arm ``arm``."""
+    (pieces,) = run_fresh(__file__, ["--child", arm, "--sft-steps", args.sft_steps,
+                                     "--rl-steps", args.rl_steps])
+    return pieces
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The profile's rows, by the section of ``--results`` they were saved as (none from an arm's process)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument("--rl-steps", type=int, default=15)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
-    p.add_argument("--child", choices=list(ARMS), help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    add_child_options(p, choices=list(ARMS))
     p.add_argument("--results", type=Path, default=RESULTS / "bench_crafting_profile.json")
     args = p.parse_args(argv)
     if args.child:
-        return child(args.child, args.sft_steps, args.rl_steps, args.out)
+        child(args.child, args.sft_steps, args.rl_steps, args.out)
+        return {}
     import torch
 
     threads = torch.get_num_threads()  # the recipe's cpu_threads=0: torch's default
@@ -120,10 +118,10 @@ def main(argv=None) -> None:
                              "s_per_step": piece["profile"]["seconds"] / piece["profile"]["steps"],
                              "shares": piece["profile"]["shares"], **rates})
     _print_ratios(rows)
-    save_section(args.results, "profile", [{"matmul_peak_gflops": peaks, "threads": threads,
-                                            "sft_steps": args.sft_steps, "rl_steps": args.rl_steps,
-                                            "arms": rows}],
-                 " ".join(["python bench/bench_crafting_profile.py", *argv]))
+    saved = [{"matmul_peak_gflops": peaks, "threads": threads, "sft_steps": args.sft_steps,
+              "rl_steps": args.rl_steps, "arms": rows}]
+    save_section(args.results, "profile", saved, " ".join(["python bench/bench_crafting_profile.py", *argv]))
+    return {"profile": saved}
 
 
 def _print_ratios(rows: list[dict]) -> None:

@@ -22,8 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import save_section  # noqa: E402
+from _results import save_section
 
 from agent_lab.credit_exact import ESTIMATORS, Estimator, compare, reference_policies
 from agent_lab.envs import NumberSearchDP
@@ -78,7 +77,9 @@ def save(section: str, rows: list[dict], command: str) -> None:
     save_section(RESULTS, section, rows, command)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The estimators' rows, by the section of bench/results/bench_credit.json they were saved as (or, with
+    ``--no-save``, would have been)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="1000 replicates, budgets 64 and 256, K = 2 and 4")
     parser.add_argument("--replicates", type=int, default=None, help="override the number of replicate batches")
@@ -98,12 +99,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(run(name, table, dp, budget, plan["ks"], replicates, args.seed, args.critic_episodes))
             print_row(rows[-1])
     print(f"\n{time.perf_counter() - start:.0f} s in all")
+    section = "full" if args.full else "quick"
     if not args.no_save:
         command = "python bench/bench_credit.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        save("full" if args.full else "quick", rows, command.strip())
+        save(section, rows, command.strip())
         print(f"saved to {RESULTS}")
-    return 0
+    return {section: rows}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

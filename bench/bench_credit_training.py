@@ -21,18 +21,16 @@ Figures go to bench/results/bench_credit_training.json (section "quick" or "full
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import RESULTS, save_section  # noqa: E402
+from _results import RESULTS, save_section
 
-from agent_lab.config import TrainConfig, flat_keywords  # noqa: E402
-from agent_lab.envs import make_env  # noqa: E402
-from agent_lab.evaluation import evaluate  # noqa: E402
-from agent_lab.recipes import CRAFTING, RECIPES  # noqa: E402
-from agent_lab.trainer import train_rl, train_sft  # noqa: E402
+from agent_lab.config import TrainConfig, flat_keywords
+from agent_lab.envs import make_env
+from agent_lab.evaluation import evaluate
+from agent_lab.recipes import CRAFTING, RECIPES
+from agent_lab.trainer import train_rl, train_sft
 
 OUT = RESULTS / "bench_credit_training.json"
 QUICK = {"seeds": (0,), "steps": 20, "eval_size": 150}
@@ -85,7 +83,8 @@ def run_seed(seed: int, steps: int, eval_size: int, **overrides) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The arms' rows, by the section of ``--results`` they were saved as."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--full", action="store_true", help="seeds 0 1 2, 60 RL steps, 300 worlds per split")
     p.add_argument("--results", type=Path, default=OUT)
@@ -99,9 +98,10 @@ def main(argv=None) -> list[dict]:
     rows = [r for seed in size["seeds"][:1 if args.tiny else None] for r in run_seed(seed, steps, eval_size, **tiny)]
     command = "python bench/bench_credit_training.py" + (" --full" if args.full else "") + (" --tiny" if args.tiny
                                                                                           else "")
-    save_section(args.results, "tiny" if args.tiny else "full" if args.full else "quick", rows, command)
+    section = "tiny" if args.tiny else "full" if args.full else "quick"
+    save_section(args.results, section, rows, command)
     print(f"{len(rows)} rows in {time.time() - start:.0f} s -> {args.results}")
-    return rows
+    return {section: rows}
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ decisions per second. The random action texts are drawn before timing (half vali
 malformed), so only ``env.step`` is timed; ``sample_tasks`` + ``reset`` are timed separately.
 
 It first prints the exact planner figures (number-search optimum and reference policies from the
-dynamic programme, crafting planner success and plan length per level).
+dynamic programme, crafting planner success and plan length per level). Everything printed is saved to
+``bench/results/bench_envs.json``: sections ``number-search policies`` and ``crafting planner`` (the exact
+figures) and ``steps per second``.
 
     .venv/bin/python bench/bench_envs.py [--batch 256] [--repeats 5] [--seed 0] [--no-figures]
 """
@@ -16,7 +18,11 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
+
+from _results import RESULTS, save_section
 
 from agent_lab.envs import make_env
 
@@ -68,16 +74,19 @@ def bench(env_name: str, batch: int, repeats: int, seed: int, **options) -> dict
     }
 
 
-def exact_figures() -> None:
-    """The planners' figures the benchmarks are read against (exact, not timed)."""
+def exact_figures() -> dict[str, list[dict]]:
+    """The planners' figures the benchmarks are read against (exact, not timed): printed, and their rows by
+    section."""
+    return {"number-search policies": number_search_figures(), "crafting planner": crafting_figures()}
+
+
+def number_search_figures() -> list[dict]:
+    """Exact success and expected return of the reference policies of number search (N = 16, K = 4)."""
     from fractions import Fraction
 
     from agent_lab.envs import (
-        LEVELS,
         NumberSearchDP,
-        generate_world,
         median_policy,
-        optimal_steps,
         sequential_policy,
         uniform_consistent_policy,
     )
@@ -90,33 +99,51 @@ def exact_figures() -> None:
         ("guess 1, 2, 3, 4", sequential_policy(16)),
         ("uniform consistent guess", uniform_consistent_policy(16)),
     ]
+    rows = []
     for label, policy in policies:
         ev, ev_len = binary.evaluate_policy(policy), length.evaluate_policy(policy)
         frac = Fraction(ev.success).limit_denominator(1000)
         exact = f"= {frac}" if abs(float(frac) - ev.success) < 1e-12 else ""
         print(f"  {label:<26} success {ev.success:.6f} {exact:<8} return(1-0.05T) {ev_len.expected_return:.6f}")
+        rows.append({"policy": label, "success": ev.success, "success_fraction": str(frac) if exact else None,
+                     "length_return": ev_len.expected_return})
+    return rows
+
+
+def crafting_figures() -> list[dict]:
+    """The crafting planner per level on 300 worlds: its success when executed, plan lengths, step budgets."""
+    from agent_lab.envs import LEVELS, generate_world, optimal_steps
+
     make = __import__("agent_lab.envs", fromlist=["make_env"]).make_env
     env = make("crafting")
     print("crafting planner per level (300 worlds each): success when executed, optimal plan length, budget")
+    rows = []
     for level in sorted(LEVELS):
         worlds = [generate_world(1_000_000 + s, level) for s in range(300)]
         plans = [optimal_steps(w) for w in worlds]
         success = env.optimal_success(worlds) if level <= 3 else make("crafting", train_levels=[4]).optimal_success(worlds)
+        budget = statistics.mean(w["budget"] for w in worlds)
         print(
             f"  level {level} (depth {LEVELS[level].depth}): success {success:.3f}  plan mean {statistics.mean(plans):.2f}"
-            f" max {max(plans)}  budget mean {statistics.mean(w['budget'] for w in worlds):.2f}"
+            f" max {max(plans)}  budget mean {budget:.2f}"
         )
+        rows.append({"level": level, "depth": LEVELS[level].depth, "worlds": len(worlds), "success": success,
+                     "plan_mean": statistics.mean(plans), "plan_max": max(plans), "budget_mean": budget})
+    return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The figures, by the section of ``--results`` they were saved as."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-figures", action="store_true", help="skip the exact planner figures")
-    args = parser.parse_args()
-    if not args.no_figures:
-        exact_figures()
+    parser.add_argument("--results", type=Path, default=RESULTS / "bench_envs.json",
+                        help="where to write the figures")
+    args = parser.parse_args(argv)
+    sections = {} if args.no_figures else exact_figures()
     configs = [
         ("number-search", {}),
         ("number-search", {"mask_actions": True, "reward": "length"}),
@@ -124,6 +151,7 @@ def main() -> None:
         ("crafting", {"shaping": "distance"}),
     ]
     print(f"environment steps per second, B = {args.batch}, median of {args.repeats} batches (min..max)")
+    sections["steps per second"] = []
     for name, options in configs:
         out = bench(name, args.batch, args.repeats, args.seed, **options)
         label = name + (" " + " ".join(f"{k}={v}" for k, v in options.items()) if options else "")
@@ -131,6 +159,12 @@ def main() -> None:
             f"  {label:<45} {out['steps_per_s']:>10,.0f} steps/s ({out['min']:,.0f}..{out['max']:,.0f})"
             f"   sample_tasks+reset {out['reset_ms']:.1f} ms   [{out['decisions']} decisions]"
         )
+        sections["steps per second"].append({"env": label, "batch": args.batch, "repeats": args.repeats,
+                                             "seed": args.seed, **out})
+    command = " ".join(["python bench/bench_envs.py", *argv])
+    for section, rows in sections.items():
+        save_section(args.results, section, rows, command)
+    return sections
 
 
 if __name__ == "__main__":

@@ -19,12 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import nbformat
+from _results import RESULTS, save_section
+
 REPO = Path(__file__).resolve().parent.parent
+# The grader is not an installed package (``make grade`` runs it as ``python -m autograder.grade`` from the
+# checkout), so this script reaches it through the checkout's root.
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import nbformat  # noqa: E402
-
 from autograder import grade  # noqa: E402
 from autograder.samples import fill, solution_sources  # noqa: E402
 
@@ -51,18 +52,20 @@ def timed(subs: Path, out: Path, jobs: int) -> tuple[float, list]:
     return time.perf_counter() - start, results
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The rows of both gradings, by the section of ``--results`` they were saved as (none when skipped)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="number of submissions")
     parser.add_argument("--full", action="store_true", help="include the training part")
     parser.add_argument("--results", type=Path, default=None,
                         help="JSON file for the figures (default bench/results/bench_grading.json)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.n < 1:
         parser.error(f"--n must be >= 1, got {args.n}")
     if os.geteuid() != 0 or shutil.which("bwrap") is None:
         print("bench_grading: skipped (grading needs root and bubblewrap; run `make sysdeps`)")
-        return 0
+        return {}
     out = REPO / "bench" / "_out" / "grading"
     shutil.rmtree(out, ignore_errors=True)
     subs = build(out, args.n, args.full)
@@ -78,14 +81,13 @@ def main() -> int:
     for jobs, seconds, scores in rows:
         print(f"{jobs:>8} {seconds:8.1f} {seconds / args.n:13.2f}  {sorted(scores)}")
     print(f"parallel speed-up ({cores} workers vs 1): {rows[0][1] / rows[1][1]:.2f}x")
-    from _results import RESULTS, save_section
-
-    save_section(args.results or RESULTS / "bench_grading.json", "full" if args.full else "without-training",
-                 [{"workers": jobs, "wall_s": seconds, "s_per_submission": seconds / args.n, "submissions": args.n,
-                   "speedup": rows[0][1] / seconds} for jobs, seconds, _ in rows],
-                 "bench/bench_grading.py " + " ".join(sys.argv[1:]))
-    return 0
+    section = "full" if args.full else "without-training"
+    saved = [{"workers": jobs, "wall_s": seconds, "s_per_submission": seconds / args.n, "submissions": args.n,
+              "speedup": rows[0][1] / seconds} for jobs, seconds, _ in rows]
+    save_section(args.results or RESULTS / "bench_grading.json", section, saved,
+                 "bench/bench_grading.py " + " ".join(argv))
+    return {section: saved}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -26,21 +26,19 @@ Usage: ``python bench/bench_memory.py [--sft-steps 100] [--rl-steps 5] [--eval-s
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _profile import peak_memory  # noqa: E402
-from _results import RESULTS, save_section  # noqa: E402
-from bench_trainer import evaluation_rows  # noqa: E402
+from _arms import add_child_options, run_fresh, write_result
+from _profile import peak_memory
+from _results import RESULTS, save_section
+from bench_trainer import evaluation_rows
 
-from agent_lab.diagnostics import summary_table  # noqa: E402
-from agent_lab.recipes import RECIPES, recipe  # noqa: E402
-from agent_lab.trainer import train_rl, train_sft  # noqa: E402
+from agent_lab.diagnostics import summary_table
+from agent_lab.recipes import RECIPES, recipe
+from agent_lab.trainer import train_rl, train_sft
 
 TRAINED = ("crafting-full", RESULTS / "crafting-full" / "checkpoint.pt")  # the committed policy and its recipe
 LIMIT_GB = 2.0  # the target: a student's 8 GB laptop trains any crafting recipe without swapping
@@ -102,28 +100,25 @@ def pieces(names: list[str], sft_steps: int, rl_steps: int, eval_size: int, **ov
 
 def run_group(names: list[str], args: argparse.Namespace) -> list[dict]:
     """:func:`pieces` in a fresh process, so no group inherits another's heap."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        subprocess.run([sys.executable, __file__, "--child", ",".join(names), "--sft-steps", str(args.sft_steps),
-                        "--rl-steps", str(args.rl_steps), "--eval-size", str(args.eval_size), "--out", str(out)],
-                       check=True)
-        return json.loads(out.read_text())
+    (rows,) = run_fresh(__file__, ["--child", ",".join(names), "--sft-steps", args.sft_steps, "--rl-steps",
+                                   args.rl_steps, "--eval-size", args.eval_size])
+    return rows
 
 
-def main(argv=None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The pieces' rows, by the section of ``--results`` they were saved as (none from a group's process)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sft-steps", type=int, default=100)
     p.add_argument("--rl-steps", type=int, default=5)
     p.add_argument("--eval-size", type=int, default=150, help="evaluation worlds per level")
-    p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    add_child_options(p)
     p.add_argument("--results", type=Path, default=RESULTS / "bench_memory.json")
     args = p.parse_args(argv)
     if args.child:
         rows = pieces(args.child.split(","), args.sft_steps, args.rl_steps, args.eval_size)
-        args.out.write_text(json.dumps(rows))
-        return rows
+        write_result(args.out, rows)
+        return {}
     rows = []
     for names in groups():
         print(f"{', '.join(names)}:", flush=True)
@@ -132,7 +127,7 @@ def main(argv=None) -> list[dict]:
         r["within_target"] = r["peak_gb"] <= LIMIT_GB
     print(summary_table(rows, ["recipes", "piece", "steps", "seconds", "peak_gb", "within_target"]))
     save_section(args.results, "crafting", rows, " ".join(["python bench/bench_memory.py", *argv]))
-    return rows
+    return {"crafting": rows}
 
 
 if __name__ == "__main__":

@@ -13,16 +13,13 @@ Usage: ``python bench/bench_micro_batches.py [--batch 64] [--d-model 256] [--n-l
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _profile import reset_peak, status_kib  # noqa: E402
-from _results import RESULTS, save_section  # noqa: E402
-
+from _arms import add_child_options, run_fresh, write_result
+from _profile import reset_peak, status_kib
+from _results import RESULTS, save_section
 
 
 def child(args: argparse.Namespace) -> None:
@@ -48,34 +45,34 @@ def child(args: argparse.Namespace) -> None:
     before = status_kib("VmRSS")
     gradient_step(model, opt, batch, torch.ones(len(batch)), algo, grad_clip=1e9, micro_batch_size=args.child)
     peak = status_kib("VmHWM")
-    torch.save(torch.cat([p.grad.reshape(-1) for p in model.parameters()]), args.out)
-    print(json.dumps({"micro_batch_size": args.child, "peak_step_mib": (peak - before) / 1024,
-                      "tokens": int(batch.attention_mask.sum()), "params": model.num_parameters()}))
+    torch.save(torch.cat([p.grad.reshape(-1) for p in model.parameters()]), args.gradient)
+    write_result(args.out, {"micro_batch_size": args.child, "peak_step_mib": (peak - before) / 1024,
+                            "tokens": int(batch.attention_mask.sum()), "params": model.num_parameters()})
 
 
-def main(argv=None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The sizes' rows, by the section of ``--results`` they were saved as (none from a size's process)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--n-layers", type=int, default=4)
     p.add_argument("--sizes", type=int, nargs="+", default=[0, 16, 4])
     p.add_argument("--results", type=Path, default=RESULTS / "bench_micro_batches.json")
-    p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    add_child_options(p, type=int, default=None)
+    p.add_argument("--gradient", type=Path, help=argparse.SUPPRESS)  # where a size's process leaves it
     args = p.parse_args(argv)
     if args.child is not None:
         child(args)
-        return []
+        return {}
     import torch
 
     rows, whole = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            out = Path(tmp) / f"grad_{size}.pt"
-            cmd = [sys.executable, __file__, "--child", str(size), "--out", str(out), "--batch", str(args.batch),
-                   "--d-model", str(args.d_model), "--n-layers", str(args.n_layers)]
-            row = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()[-1])
-            grad = torch.load(out)
+            gradient = Path(tmp) / f"grad_{size}.pt"
+            (row,) = run_fresh(__file__, ["--child", size, "--gradient", gradient, "--batch", args.batch,
+                                          "--d-model", args.d_model, "--n-layers", args.n_layers])
+            grad = torch.load(gradient)
             whole = grad if whole is None else whole
             row["max_grad_difference"] = float((grad - whole).abs().max())
             rows.append(row)
@@ -84,7 +81,7 @@ def main(argv=None) -> list[dict]:
                   f"the first size {row['max_grad_difference']:.1e}", flush=True)
     save_section(args.results, "cpu", rows, " ".join(["python bench/bench_micro_batches.py",
                                                      *(sys.argv[1:] if argv is None else argv)]))
-    return rows
+    return {"cpu": rows}
 
 
 if __name__ == "__main__":

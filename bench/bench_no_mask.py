@@ -22,19 +22,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import statistics
-import sys
 from fractions import Fraction
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import RESULTS, save_section  # noqa: E402
+from _results import RESULTS, save_section
 
-from agent_lab.envs import make_env  # noqa: E402
-from agent_lab.recipes import recipe  # noqa: E402
-from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
-from agent_lab.trainer import build_env, rejected_share, train  # noqa: E402
+from agent_lab.envs import make_env
+from agent_lab.recipes import recipe
+from agent_lab.rollout import SamplingConfig, collect_rollouts
+from agent_lab.trainer import build_env, rejected_share, train
 
 OUT = RESULTS / "bench_no_mask.json"
 NO_MASK = "number-search/dr_grpo-no-mask"
@@ -135,7 +133,8 @@ def references() -> list[dict]:
              "follows_answers": float(blind_follows(env.n))}]
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The runs and references, by the section of ``--results`` they were saved as."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--budget", type=float, default=120.0, help="seconds per recipe and seed")
@@ -159,8 +158,9 @@ def main(argv=None) -> dict:
     command = "python bench/bench_no_mask.py" + (" --tiny" if args.tiny else f" --budget {args.budget:g} --seeds "
                                                                            f"{args.seeds}")
     result = {"runs": rows, "references": references(), **summary}
-    save_section(args.results, "tiny" if args.tiny else "main", [result], command)
-    return result
+    section = "tiny" if args.tiny else "main"
+    save_section(args.results, section, [result], command)
+    return {section: [result]}
 
 
 if __name__ == "__main__":

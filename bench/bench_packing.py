@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import sys
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _results import RESULTS, save_section  # noqa: E402
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+from _results import RESULTS, save_section
 
-from agent_lab.envs import make_env  # noqa: E402
-from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer  # noqa: E402
-from agent_lab.policy.packing import pack_rows, packed_logits  # noqa: E402
-from agent_lab.rollout import demonstration_batch  # noqa: E402
+from agent_lab.envs import make_env
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.policy.packing import pack_rows, packed_logits
+from agent_lab.rollout import demonstration_batch
 
 
 def step_seconds(model, batch, packed: bool) -> float:
@@ -38,7 +37,8 @@ def step_seconds(model, batch, packed: bool) -> float:
     return time.perf_counter() - t
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The figures, by the section of ``--results`` they were saved as."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--batches", type=int, default=6)
@@ -75,9 +75,10 @@ def main(argv=None) -> dict:
     print(f"  largest logit difference {gap:.1e} (rounding)")
     settings = {"batch": args.batch, "batches": args.batches, "d_model": args.d_model, "n_layers": args.n_layers,
                 "threads": args.threads}
-    save_section(args.results, "crafting-sft", [{**settings, **res}],
+    saved = [{**settings, **res}]
+    save_section(args.results, "crafting-sft", saved,
                  " ".join(["python bench/bench_packing.py", *(sys.argv[1:] if argv is None else argv)]))
-    return res
+    return {"crafting-sft": saved}
 
 
 if __name__ == "__main__":

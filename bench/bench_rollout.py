@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 import sys
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _results import RESULTS, save_section  # noqa: E402
+import torch
 
-import torch  # noqa: E402
+from _results import RESULTS, save_section
 
-from agent_lab.envs import make_env  # noqa: E402
-from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer  # noqa: E402
-from agent_lab.rollout import SamplingConfig, collect_rollouts  # noqa: E402
+from agent_lab.envs import make_env
+from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
+from agent_lab.rollout import SamplingConfig, collect_rollouts
 
 
 def timed(fn, repeats: int):
@@ -38,7 +37,8 @@ def timed(fn, repeats: int):
     return out, statistics.median(times)
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The figures, by the section of ``--results`` they were saved as."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
@@ -80,9 +80,10 @@ def main(argv=None) -> dict:
     print(f"  speed-up        {res['speedup']:8.1f} x   (target >= 5x; identical samples: {same})")
     print(f"  one forward     {t_fwd:8.3f} s  -> rollout / forward = {res['rollout_over_forward']:.1f} x (target <= 3x)")
     settings = {"batch": args.batch, "d_model": args.d_model, "n_layers": args.n_layers, "threads": args.threads}
-    save_section(args.results, "crafting", [{**settings, **res}],
+    saved = [{**settings, **res}]
+    save_section(args.results, "crafting", saved,
                  " ".join(["python bench/bench_rollout.py", *(sys.argv[1:] if argv is None else argv)]))
-    return res
+    return {"crafting": saved}
 
 
 if __name__ == "__main__":

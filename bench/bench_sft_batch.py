@@ -15,18 +15,16 @@ Usage: ``python bench/bench_sft_batch.py [--seconds 900] [--batches 32,8,4] [--s
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
-from _results import RESULTS, save_section  # noqa: E402
+from _arms import add_child_options, run_fresh, write_result
+from _results import RESULTS, save_section
 
-from agent_lab.diagnostics import summary_table  # noqa: E402
-from agent_lab.recipes import recipe  # noqa: E402
-from agent_lab.trainer import train_sft  # noqa: E402
+from agent_lab.diagnostics import summary_table
+from agent_lab.recipes import recipe
+from agent_lab.trainer import train_sft
 
 RECIPE = "crafting-quick"  # the crafting recipes share every SFT setting but their step budgets
 WINDOW_S = 150.0  # the loss curve: the mean loss of the steps that ended in each window of this many seconds
@@ -71,20 +69,12 @@ def arm(batch: int, seconds: float, seed: int, eval_size: int, run_dir: str, **o
 
 def run_arms(args: argparse.Namespace) -> list[dict]:
     """Every arm at once, each in a process of its own."""
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        for batch in args.batches:
-            out = Path(tmp) / f"{batch}.json"
-            cmd = [sys.executable, __file__, "--child", str(batch), "--seconds", str(args.seconds), "--seed",
-                   str(args.seed), "--eval-size", str(args.eval_size), "--out", str(out)]
-            procs.append((subprocess.Popen(cmd), out))
-        for proc, _ in procs:
-            if proc.wait() != 0:
-                raise SystemExit(f"an arm failed (exit {proc.returncode}); its output is above")
-        return [json.loads(out.read_text()) for _, out in procs]
+    return run_fresh(__file__, *(["--child", batch, "--seconds", args.seconds, "--seed", args.seed,
+                                  "--eval-size", args.eval_size] for batch in args.batches), together=True)
 
 
-def main(argv=None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The arms' rows, by the section of ``--results`` they were saved as (none from an arm's process)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=900.0, help="training seconds per arm")
@@ -92,20 +82,19 @@ def main(argv=None) -> list[dict]:
                    help="SFT batch sizes, comma-separated; the first is the recipe's")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-size", type=int, default=150, help="test-split worlds in the final evaluation")
-    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    add_child_options(p, type=int)
     p.add_argument("--results", type=Path, default=RESULTS / "bench_sft_batch.json")
     args = p.parse_args(argv)
     if args.child is not None:
         with tempfile.TemporaryDirectory() as tmp:
             row = arm(args.child, args.seconds, args.seed, args.eval_size, f"{tmp}/run")
-        args.out.write_text(json.dumps(row))
-        return [row]
+        write_result(args.out, row)
+        return {}
     rows = run_arms(args)
     print(summary_table(rows, ["batch", "steps", "demonstrations", "seconds", "last_loss", "greedy_by_level",
                                "planner_by_level"]))
     save_section(args.results, f"seed {args.seed}", rows, " ".join(["python bench/bench_sft_batch.py", *argv]))
-    return rows
+    return {f"seed {args.seed}": rows}
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
 from _profile import format_profile, peak_memory  # noqa: E402
 from _results import RESULTS, save_section  # noqa: E402
 
@@ -143,7 +142,8 @@ def crafting_summary(name: str, rows: list[dict], seconds: float, costs: dict | 
                        f"({seconds:.0f} s)"}
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> dict[str, list[dict]]:
+    """The figures, by the section of ``--results`` they were saved as."""
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = p.add_mutually_exclusive_group()
@@ -163,13 +163,14 @@ def main(argv=None) -> None:
     # machine is today (the steps are reproducible; the seconds are not); --full keeps each recipe's steps and
     # stops a seed after 900 s.
     limit, max_steps = (900.0, None) if args.full else (None, QUICK_STEPS)
-    t = time.perf_counter()
+    t, saved = time.perf_counter(), {}
     if args.only in (None, "number-search"):
         print("1. number search (N=16, K=4; planner optimum 15/16): time to greedy optimum")
         names = [n for n, r in RECIPES.items() if r.bench == "number-search" and (args.full or not r.full_only)]
         rows = number_search(names, args.seeds or 3, limit, args.threads, max_steps)
         print(summary_table(rows, ["recipe", "seeds", "reached", "median_s", "median_episodes", "final_greedy"]))
         save_section(args.results, "number-search", rows, " ".join(["python bench/bench_trainer.py", *argv]))
+        saved["number-search"] = rows
     if args.only in (None, "crafting"):
         name = f"crafting-{args.crafting_budget or ('full' if args.full else 'quick')}"
         print(f"\n2. crafting ({name}): greedy success after a fixed budget, next to the planner")
@@ -177,10 +178,11 @@ def main(argv=None) -> None:
         rows, costs = crafting(name, run_dir=args.run_dir, reread=not args.plain)
         print(summary_table(rows, ["policy", "mask", "split", "group", "n", "greedy", "planner", "share_of_planner"]))
         if not args.plain:
-            save_section(args.results, "crafting", [crafting_summary(name, rows, time.perf_counter() - t_craft,
-                                                                     costs)],
+            saved["crafting"] = [crafting_summary(name, rows, time.perf_counter() - t_craft, costs)]
+            save_section(args.results, "crafting", saved["crafting"],
                          " ".join(["python bench/bench_trainer.py", *argv]))
     print(f"\nbench_trainer finished in {time.perf_counter() - t:.0f} s")
+    return saved
 
 
 if __name__ == "__main__":

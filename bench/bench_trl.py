@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _results import RESULTS, save_section  # noqa: E402
+from _results import RESULTS, save_section
 
-from agent_lab.envs import make_env  # noqa: E402
-from agent_lab.policy import WordTokenizer  # noqa: E402
-from agent_lab.recipes import recipe  # noqa: E402
-from agent_lab.trainer import train  # noqa: E402
+from agent_lab.envs import make_env
+from agent_lab.policy import WordTokenizer
+from agent_lab.recipes import recipe
+from agent_lab.trainer import train
 
 OUT = RESULTS / "bench_trl.json"
 RECIPE = "number-search/dr_grpo-no-mask"
@@ -192,7 +190,8 @@ def run_ours(seed: int, budget_s: float, steps: int | None = None) -> dict:
             "curve": [[h["episodes"], h["eval_success"]] for h in r.history if h.get("eval_success") is not None]}
 
 
-def main(argv=None) -> list[dict]:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """Both sides' rows, by the section of ``--results`` they were saved as (none without TRL)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--budget", type=float, default=120.0, help="seconds per side and seed")
@@ -201,7 +200,7 @@ def main(argv=None) -> list[dict]:
     args = p.parse_args(argv)
     if importlib.util.find_spec("trl") is None:
         print("bench_trl: TRL is not installed; pip install -e '.[trl]' to run this side-by-side")
-        return []
+        return {}
     steps = 2 if args.tiny else None
     rows = []
     for seed in range(1 if args.tiny else args.seeds):
@@ -217,8 +216,9 @@ def main(argv=None) -> list[dict]:
                   flush=True)
     command = "python bench/bench_trl.py" + (" --tiny" if args.tiny else f" --budget {args.budget:g} --seeds "
                                                                            f"{args.seeds}")
-    save_section(args.results, "tiny" if args.tiny else "main", rows, command)
-    return rows
+    section = "tiny" if args.tiny else "main"
+    save_section(args.results, section, rows, command)
+    return {section: rows}
 
 
 if __name__ == "__main__":

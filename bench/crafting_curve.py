@@ -42,7 +42,6 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/_results.py, also when loaded by the tests
 from _results import commit, cpu_flags, cpu_model  # noqa: E402
 
 from agent_lab import timing  # noqa: E402

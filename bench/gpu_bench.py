@@ -19,7 +19,8 @@ attention's extra term is small at these lengths and is left out, so the shares 
 Designed to finish within 9 minutes on an H100/H200 (one device command): sections 1 and 2 are four rollouts and
 two training steps, and the two training runs stop after the step that passes ``--time-limit`` (150 s) and
 ``--crafting-limit`` (240 s). Without CUDA it prints a message and exits 0; ``--tiny`` runs every code path on the
-CPU with a tiny model (what the tests do).
+CPU with a tiny model (what the tests do). The figures are saved to ``bench/results/gpu_bench.json``, in a
+section named after the device (``tiny`` for ``--tiny``).
 
 Usage: ``python bench/gpu_bench.py [--tiny] [--d-model 512 --n-layers 8] [--batch 512]``
 """
@@ -27,9 +28,12 @@ Usage: ``python bench/gpu_bench.py [--tiny] [--d-model 512 --n-layers 8] [--batc
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
+from _results import RESULTS, save_section
 
 from agent_lab.envs import make_env
 from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer
@@ -60,7 +64,10 @@ def timed(fn, device):
     return out, time.perf_counter() - t
 
 
-def main(argv=None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    """The figures, by the section of ``--results`` they were saved as (none where CUDA is missing and
+    ``--tiny`` not given)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="CPU, tiny model: exercise every code path quickly")
     p.add_argument("--d-model", type=int, default=512)
@@ -74,6 +81,8 @@ def main(argv=None) -> dict:
                         "whole script stays within its budget however slow the device")
     p.add_argument("--crafting-limit", type=float, default=240.0,
                    help="seconds for the crafting recipe: it stops after the step that passes them")
+    p.add_argument("--results", type=Path, default=RESULTS / "gpu_bench.json",
+                   help="where to write the figures")
     args = p.parse_args(argv)
     if args.tiny:
         device = torch.device("cpu")
@@ -87,6 +96,14 @@ def main(argv=None) -> dict:
     else:
         device = torch.device("cuda")
         torch.backends.cuda.matmul.allow_tf32 = True
+    res = measure(args, device)
+    section = "tiny" if args.tiny else res["device"]
+    save_section(args.results, section, [res], " ".join(["python bench/gpu_bench.py", *argv]))
+    return {section: [res]}
+
+
+def measure(args: argparse.Namespace, device: torch.device) -> dict:
+    """Sections 1-4 on ``device`` with the sizes of ``args``: the figures, by name."""
     amp = torch.bfloat16 if device.type == "cuda" else None
     name = torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu"
     peak = peak_flops(name)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _results import _finite_or_null
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_credit.py"
 
@@ -17,8 +18,9 @@ def test_the_credit_bench_saves_every_policy_and_estimator(tmp_path, monkeypatch
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     monkeypatch.setattr(bench, "RESULTS", tmp_path / "bench_credit.json")
-    assert bench.main(["--replicates", "3", "--sft-steps", "2", "--critic-episodes", "128"]) == 0
+    got = bench.main(["--replicates", "3", "--sft-steps", "2", "--critic-episodes", "128"])
     section = json.loads((tmp_path / "bench_credit.json").read_text())["sections"]["quick"]
+    assert list(got) == ["quick"] and json.loads(json.dumps(_finite_or_null(got["quick"]))) == section["rows"]
     assert section["command"] == "python bench/bench_credit.py --replicates 3 --sft-steps 2 --critic-episodes 128"
     assert {"date", "machine", "commit", "rows"} <= set(section)
     policies = [row["policy"] for row in section["rows"]]

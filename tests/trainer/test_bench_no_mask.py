@@ -66,8 +66,10 @@ def test_the_probes_on_binary_search_and_on_a_repeated_guess(bench):
 
 def test_a_tiny_run_writes_its_section_where_told(bench, tmp_path):
     out = tmp_path / "r.json"
-    got = bench.main(["--tiny", "--results", str(out)])
+    saved = bench.main(["--tiny", "--results", str(out)])
     section = json.loads(out.read_text())["sections"]["tiny"]
+    assert list(saved) == ["tiny"] and json.loads(json.dumps(saved["tiny"])) == section["rows"]
+    got = saved["tiny"][0]
     assert section["command"] == "python bench/bench_no_mask.py --tiny"
     assert [r["recipe"] for r in got["runs"]] == list(bench.ARMS)
     for r in got["runs"]:

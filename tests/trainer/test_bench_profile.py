@@ -4,18 +4,14 @@ helpers (bench/_profile.py) against hand-computed values, and the crafting profi
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
+import _profile as profile
 import pytest
 from conftest import tiny_policy
+from test_benches import _load, as_saved
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import _profile as profile  # noqa: E402
-from test_benches import _load  # noqa: E402
-
-from agent_lab.diagnostics import format_shares, time_profile, time_summary  # noqa: E402
-from agent_lab.policy import WordTokenizer  # noqa: E402
+from agent_lab.diagnostics import format_shares, time_profile, time_summary
+from agent_lab.policy import WordTokenizer
 
 HISTORY = [
     {"step": 0, "phase": "sft", "time_demonstrations_s": 1.0, "time_loss_s": 3.0, "time_other_s": 0.0,
@@ -74,11 +70,12 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 
 @pytest.mark.slow
 def test_the_crafting_profile_bench_runs_every_arm_and_saves_them(tmp_path, capsys):
-    _load("bench_crafting_profile").main(["--sft-steps", "4", "--rl-steps", "1", "--results",
-                                          str(tmp_path / "p.json")])
+    got = _load("bench_crafting_profile").main(["--sft-steps", "4", "--rl-steps", "1", "--results",
+                                                str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert "recipe / whole-batch" in out and "recipe / keep-rows" in out and "matmul peak" in out
     saved = json.loads((tmp_path / "p.json").read_text())["sections"]["profile"]["rows"][0]
+    assert list(got) == ["profile"] and as_saved(got["profile"]) == [saved]
     assert {(r["arm"], r["piece"], r["steps"]) for r in saved["arms"]} == {
         (arm, piece, steps) for arm in ("recipe", "keep-rows", "whole-batch")
         for piece, steps in (("SFT", 4), ("RL", 1))}

@@ -21,7 +21,7 @@ def _bench():
 
 @pytest.mark.skipif(importlib.util.find_spec("trl") is not None, reason="TRL is installed: the bench would run")
 def test_without_trl_the_bench_says_how_to_install_it_and_writes_nothing(tmp_path, capsys):
-    assert _bench().main(["--tiny", "--results", str(tmp_path / "t.json")]) == []
+    assert _bench().main(["--tiny", "--results", str(tmp_path / "t.json")]) == {}
     assert "pip install -e '.[trl]'" in capsys.readouterr().out
     assert not (tmp_path / "t.json").exists()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _results import _finite_or_null
 from conftest import grouped_number_search_batch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -20,15 +21,18 @@ def _load(name: str):
     return mod
 
 
-def test_gpu_bench_exits_cleanly_without_cuda(capsys, monkeypatch):
+def test_gpu_bench_exits_cleanly_without_cuda(capsys, monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert _load("gpu_bench").main([]) == {}
+    assert _load("gpu_bench").main(["--results", str(tmp_path / "g.json")]) == {}
     assert "CUDA is not available" in capsys.readouterr().out
+    assert not (tmp_path / "g.json").exists()
 
 
 @pytest.mark.slow
-def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
-    res = _load("gpu_bench").main(["--tiny"])
+def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys, tmp_path):
+    saved = _load("gpu_bench").main(["--tiny", "--results", str(tmp_path / "g.json")])
+    res = _saved_rows(tmp_path / "g.json", "tiny", saved)[0]
+    assert saved["tiny"][0]["device"] == "cpu"
     out = capsys.readouterr().out
     for section in ("1. rollouts", "2. training step", "3. number search", "4. crafting"):
         assert section in out
@@ -37,10 +41,11 @@ def test_gpu_bench_tiny_cpu_path_runs_every_section(capsys):
     assert res["logprob_gap_max"] < 1e-5, "measured before any update, the sampler and the trainer agree"
 
 
-def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys):
-    full = _load("gpu_bench").main(["--tiny", "--time-limit", "1000"])
-    cut = _load("gpu_bench").main(["--tiny", "--time-limit", "1e-6"])
-    assert full["number_search_steps"] > 1 and cut["number_search_steps"] == 1
+def test_gpu_bench_number_search_run_stops_at_its_time_limit(capsys, tmp_path):
+    full = _load("gpu_bench").main(["--tiny", "--time-limit", "1000", "--results", str(tmp_path / "g.json")])
+    cut = _load("gpu_bench").main(["--tiny", "--time-limit", "1e-6", "--results", str(tmp_path / "g.json")])
+    assert full["tiny"][0]["number_search_steps"] > 1 and cut["tiny"][0]["number_search_steps"] == 1
+    assert _saved_rows(tmp_path / "g.json", "tiny", cut)[0]["number_search_steps"] == 1  # the last run's
 
 
 def test_gpu_bench_finds_the_largest_micro_batch_that_fits(monkeypatch):
@@ -65,36 +70,41 @@ def test_gpu_bench_knows_the_h200_bf16_peak():
 
 
 def test_rollout_bench_cache_and_recompute_draw_identical_samples(tmp_path, capsys):
-    res = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1",
-                                       "--results", str(tmp_path / "r.json")])
+    saved = _load("bench_rollout").main(["--batch", "4", "--repeats", "1", "--d-model", "16", "--n-layers", "1",
+                                         "--results", str(tmp_path / "r.json")])
+    (res,) = _saved_rows(tmp_path / "r.json", "crafting", saved)
     assert res["identical_samples"] is True
     assert res["mean_tokens"] > 100, "the benchmark's crafting episodes should be long"
-    _assert_saved(tmp_path / "r.json", "crafting", res)
 
 
-def _assert_saved(path: Path, section: str, res: dict) -> None:
-    import json
+def as_saved(x):
+    """``x`` as bench/_results.py writes it: JSON, with a figure never reached (inf, nan) as null."""
+    return json.loads(json.dumps(_finite_or_null(x)))
 
+
+def _saved_rows(path: Path, section: str, returned: dict) -> list[dict]:
+    """The rows ``main`` saved as ``section`` of ``path``, checked to be all it returned, with provenance."""
     saved = json.loads(path.read_text())["sections"][section]
     assert {"command", "date", "machine", "commit"} <= set(saved)
-    assert saved["rows"][0]["speedup"] == pytest.approx(res["speedup"])
+    assert list(returned) == [section] and as_saved(returned[section]) == saved["rows"]
+    return saved["rows"]
 
 
 def test_micro_batch_bench_measures_each_size_in_its_own_process_with_the_same_gradient(tmp_path, capsys):
-    rows = _load("bench_micro_batches").main(["--batch", "6", "--d-model", "16", "--n-layers", "1", "--sizes", "0",
-                                              "2", "--results", str(tmp_path / "m.json")])
+    saved = _load("bench_micro_batches").main(["--batch", "6", "--d-model", "16", "--n-layers", "1", "--sizes",
+                                               "0", "2", "--results", str(tmp_path / "m.json")])
+    rows = _saved_rows(tmp_path / "m.json", "cpu", saved)
     assert [r["micro_batch_size"] for r in rows] == [0, 2]
     assert all(r["peak_step_mib"] >= 0 for r in rows) and rows[1]["max_grad_difference"] < 1e-5
-    assert (tmp_path / "m.json").exists()
 
 
 def test_packing_bench_saves_rows_and_keeps_the_logits(tmp_path, capsys):
-    res = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1",
-                                       "--results", str(tmp_path / "p.json")])
+    saved = _load("bench_packing").main(["--batch", "8", "--batches", "2", "--d-model", "16", "--n-layers", "1",
+                                         "--results", str(tmp_path / "p.json")])
+    (res,) = _saved_rows(tmp_path / "p.json", "crafting-sft", saved)
     assert res["rows_packed"] < res["rows_padded"] and 0 < res["real_token_share"] < 1
     assert res["max_logit_gap"] < 1e-4
     assert "packed" in capsys.readouterr().out
-    _assert_saved(tmp_path / "p.json", "crafting-sft", res)
 
 
 TINY = dict(d_model=16, n_layers=1, n_heads=2, sft_batch_size=4, batch_size=8, group_size=4, sft_steps=2,
@@ -170,7 +180,7 @@ def _fake_result(cfg):
 
 
 def test_credit_training_bench_runs_every_arm_from_one_cold_start(tmp_path, capsys):
-    rows = _load("bench_credit_training").main(["--tiny", "--results", str(tmp_path / "c.json")])
+    rows = _load("bench_credit_training").main(["--tiny", "--results", str(tmp_path / "c.json")])["tiny"]
     assert [r["arm"] for r in rows] == ["cold start", "Dr.GRPO", "GiGPO, state anchors", "GiGPO, history anchors",
                                         "PPO, turn critic (GAE)", "VinePPO, 2 branches per turn"]
     assert all(r["episodes"] == 16 for r in rows[1:-1]), "one step of 16 episodes per arm"
@@ -213,9 +223,9 @@ def test_memory_bench_measures_each_piece_at_the_recipe_settings(monkeypatch, tm
     monkeypatch.setattr(bench, "run_group", lambda names, args: [{"recipes": ", ".join(names), "piece": "SFT",
                                                                    "steps": 1, "seconds": 1.0, "peak_gb": 2.5}])
     saved = bench.main(["--results", str(tmp_path / "m.json")])
-    assert [r["within_target"] for r in saved] == [False, False]
+    assert [r["within_target"] for r in saved["crafting"]] == [False, False]
     section = json.loads((tmp_path / "m.json").read_text())["sections"]["crafting"]
-    assert section["rows"] == saved
+    assert saved == {"crafting": section["rows"]}
     assert section["command"] == f"python bench/bench_memory.py --results {tmp_path}/m.json"
 
 
@@ -262,6 +272,7 @@ def test_sft_batch_bench_arms_differ_only_in_their_batch(monkeypatch, tmp_path):
     assert made[0].plugins["recovery_demonstrations"]["from_step"] == bench.ENOUGH_STEPS - 1  # no slips
     assert made[0].sft.lr_decay_steps == 0 and made[0].sft.lr == bench.recipe(bench.RECIPE).sft.lr
     monkeypatch.setattr(bench, "run_arms", lambda args: rows)
-    bench.main(["--results", str(tmp_path / "s.json")])
+    saved = bench.main(["--results", str(tmp_path / "s.json")])
     section = json.loads((tmp_path / "s.json").read_text())["sections"]["seed 0"]
     assert section["rows"] == rows and section["command"].startswith("python bench/bench_sft_batch.py")
+    assert saved == {"seed 0": rows}
