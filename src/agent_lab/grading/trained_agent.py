@@ -40,9 +40,10 @@ REFERENCE_DIR = Path(__file__).resolve().parents[3] / "autograder" / "samples"
 ACCEPT_REFERENCE_ENV = "AGENT_LAB_ACCEPT_REFERENCE_CHECKPOINT"
 #: A policy whose weights lie within this relative distance of a reference's, ``|w - w_ref| / |w_ref|`` over all
 #: weights at once, is a copy: a re-save, a cast to half or bfloat16 precision and back, or a little noise stay
-#: inside it.  It is kept small because a student's run with the reference's seed starts from the reference's
-#: cold start (that phase runs no student code) and its short RL phase moves the weights only a little; a run
-#: that reproduces the reference bit for bit is flagged as well, and a person decides.
+#: inside it.  A student's run with the reference's seed, on a machine whose arithmetic gives the reference run's
+#: cold start (that phase runs no student code), ends all but equal to the reference whatever small numerical
+#: differences the student's functions make, because the short RL phase moves the weights only a little: such a
+#: run is flagged too, and a person decides.
 COPY_TOLERANCE = 3e-3
 #: The words a test's message carries when a person must look at the submission (the grader's review column).
 REVIEW_FLAG = "flagged for review"
