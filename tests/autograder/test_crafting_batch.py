@@ -84,11 +84,16 @@ def test_the_blank_release_scores_zero(batch):
     assert results["blank"].score == 0
 
 
-def test_bookkeeping_bugs_lose_exactly_their_hidden_points(batch):
+def test_bookkeeping_bugs_lose_their_visible_and_hidden_points_and_are_named(batch):
+    # The unshifted mask and the bootstrapped termination are the classic bugs the visible tests now name,
+    # so the student sees them before hand-in; the hidden tests take their own points as well.
     _, results = batch
     scores, messages = _scores(results["observation_mask"])
     lost = {g for g, s in scores.items() if s == 0}
-    assert lost == {"test_transcript_batch_hidden", "test_turn_returns_hidden"}, messages
+    assert lost == {"test_transcript_batch_visible", "test_transcript_batch_hidden",
+                    "test_turn_returns_visible", "test_turn_returns_hidden"}, messages
+    assert "unshifted" in messages["test_transcript_batch_visible"], messages["test_transcript_batch_visible"]
+    assert "bootstrap" in messages["test_turn_returns_visible"], messages["test_turn_returns_visible"]
 
 
 @pytest.mark.parametrize("student, reason", [
