@@ -16,7 +16,7 @@ default), memory and tasks for all of them together, which ``setsid`` or a doubl
 
 What the kernel sees: ``/usr`` (read-only), ``/etc/fonts`` and ``/etc/localtime`` (read-only), the
 Python installation and the virtual environment (read-only), the grading view of ``agent_lab``
-(read-only: :mod:`agent_lab.grading.kernel_view`, the checks and the call server; none of the
+(read-only: :mod:`agent_lab.grading.inkernel.kernel_view`, the checks and the call server; none of the
 library's reference code), a fresh ``/proc`` and ``/dev``, its socket directory, and two
 size-limited tmpfs mounts: ``/tmp`` and its working directory ``/home/student``.  Nothing else of the
 repository (no ``src/``, no ``assignments/source``, no gradebook, no other submission) exists in its
@@ -40,7 +40,8 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import Integer, List, Unicode
 
-from agent_lab.grading import kernel as grading_kernel
+from agent_lab.grading import inkernel
+from agent_lab.grading.inkernel import kernel as grading_kernel
 
 REPO = Path(__file__).resolve().parent.parent
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
@@ -208,7 +209,7 @@ def bwrap_command(kernel_argv: list[str], *, uid: int, ipc_dir: str, limits: Lim
             "--size", str(limits.tmpfs_bytes), "--perms", "1777", "--tmpfs", "/tmp",
             "--perms", "0755", "--dir", "/home"]
     made: set[str] = {"/home", "/tmp"}
-    view = {f"{VIEW_IN_SANDBOX}/{dest}": str(src) for dest, src in grading_kernel.view_files().items()}
+    view = {f"{VIEW_IN_SANDBOX}/{dest}": str(src) for dest, src in inkernel.view_files().items()}
     for path in readonly_paths() + [ipc_dir] + list(view):
         for parent in _ancestors(path):
             if parent not in made:

@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent_lab.grading import inkernel
 from agent_lab.grading import notebook as _notebook
 from agent_lab.grading.notebook import MAX_NOTEBOOK_BYTES, StudentCell
 
@@ -42,7 +43,9 @@ SUSPICIOUS = re.compile(
     r"sys\.setprofile|__closure__|gc\.get_|ctypes|currentframe|_getframe|f_back|f_globals|"
     r"__builtins__|import builtins|linecache|\b_check\b|os\.fork|os\._exit|subprocess|"
     r"InteractiveShell|set_custom_exc|ipykernel|setsid|socket|threading|signal\.|agentlab_grading|"
-    r"agent_lab\.grading\.(?:server|wire|kernel)|sys\.modules|importlib|globals\(\)|inspect\.")
+    r"sys\.modules|importlib|globals\(\)|inspect\.|"
+    # Any module of the kernel side but the ones the notebooks import (derived from the folder's package name).
+    + re.escape(inkernel.PACKAGE) + r"\b(?!\.(?:" + "|".join(inkernel.STUDENT_FACING) + r")\b)(?:\.\w+)?")
 
 
 def suspicious_code(cells: list[StudentCell]) -> list[str]:

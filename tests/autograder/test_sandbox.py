@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from traitlets.config import Config
 
-from agent_lab.grading import kernel
+from agent_lab.grading import inkernel
 from agent_lab.grading.remote import Channel
 from agent_lab.grading.session import KernelSession
 from autograder import sandbox
@@ -134,7 +134,7 @@ def test_kernel_sees_only_its_scratch_the_interpreter_and_the_grading_view(facts
     assert facts["read_src"] == "FileNotFoundError", "the library's reference code is not in the sandbox"
     assert facts["imports"][:2] == ["agent_lab", "grading view"]
     assert facts["estimators"] == "ModuleNotFoundError"
-    assert facts["view"] == sorted(kernel.VIEW)
+    assert facts["view"] == sorted(inkernel.view_files())
 
 
 def test_kernel_cannot_write_outside_its_scratch(facts):
@@ -285,7 +285,7 @@ def test_limits_reject_non_positive_values():
 def test_bwrap_command_binds_nothing_of_the_repository_but_the_venv_and_the_grading_view():
     cmd = sandbox.bwrap_command(["python"], uid=60001, ipc_dir="/tmp/agentlab-grade/x", limits=LIMITS)
     binds = {cmd[i + 1] for i, arg in enumerate(cmd) if arg in ("--bind", "--ro-bind")}
-    view = {str(p) for p in kernel.view_files().values()}
+    view = {str(p) for p in inkernel.view_files().values()}
     inside_repo = {b for b in binds if b.startswith(str(REPO))}
     assert inside_repo <= {sys.prefix} | view and view <= inside_repo
     assert {b for b in binds if cmd[cmd.index(b) - 1] == "--bind"} == {"/tmp/agentlab-grade/x"}

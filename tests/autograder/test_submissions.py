@@ -98,6 +98,17 @@ def test_suspicious_code_is_listed_from_the_students_own_cells():
     assert submissions.suspicious_code(cells) == ["ctypes", "get_ipython", "globals()"]
 
 
+def test_suspicious_code_names_the_kernel_side_modules_but_not_the_checks():
+    """The kernel side's modules are flagged by name, whichever is reached; the checks the notebooks import
+    are not, and neither is a name that only starts like the package."""
+    cells = [submissions.StudentCell("code", "import agent_lab.grading.inkernel.server as s", "f"),
+             submissions.StudentCell("code", "from agent_lab.grading.inkernel import wire", None),
+             submissions.StudentCell("code", "from agent_lab.grading.inkernel.checks import Checks", None),
+             submissions.StudentCell("code", "import agent_lab.grading.inkernelx", None)]
+    assert submissions.suspicious_code(cells) == ["agent_lab.grading.inkernel",
+                                                  "agent_lab.grading.inkernel.server"]
+
+
 def test_feedback_escapes_messages_and_lists_every_test():
     result = grade.StudentResult("zoe", "graded", [
         grade.TestResult("test_a_visible", 2, 2, "passed"),

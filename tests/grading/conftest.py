@@ -8,15 +8,16 @@ from typing import Callable, Iterator
 
 import pytest
 
-from agent_lab.grading import remote, server
+from agent_lab.grading import remote
+from agent_lab.grading.inkernel import server
 
 
 @pytest.fixture()
 def serve_student() -> Iterator[Callable[[str], remote.Channel]]:
     """``start(source)``: a channel to a call server in a thread, serving the functions ``source`` defines.
 
-    The kernel side is the code that runs in the sandbox (:func:`agent_lab.grading.server.serve`); only the
-    process boundary is left out. The channel has 20 s for its calls.
+    The kernel side is the code that runs in the sandbox (:func:`agent_lab.grading.inkernel.server.serve`);
+    only the process boundary is left out. The channel has 20 s for its calls.
     """
     sockets = []
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_lab.grading import checks
-from agent_lab.grading.checks import Checks
+from agent_lab.grading.inkernel import checks
+from agent_lab.grading.inkernel.checks import Checks
 
 HUGE = torch.zeros(1, dtype=torch.uint8).expand(64 << 20)   # 64 Mi elements, one byte of storage
 

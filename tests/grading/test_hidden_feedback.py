@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from agent_lab.grading import notebook, runner
-from agent_lab.grading.checks import Checks, Rng
+from agent_lab.grading.inkernel.checks import Checks, Rng
 from agent_lab.grading.remote import KernelDied
 from agent_lab.grading.session import KernelSession, LocalKernelManager, SessionLimits
 
@@ -34,7 +34,7 @@ def _test_cell(gid: str, code: str, hidden: bool) -> nbformat.NotebookNode:
 
 # In the notebook's order a hidden test comes first and a visible one after it.
 SOURCE = nbformat.v4.new_notebook(cells=[
-    nbformat.v4.new_code_cell("from agent_lab.grading.checks import Checks\n_check = Checks()",
+    nbformat.v4.new_code_cell("from agent_lab.grading.inkernel.checks import Checks\n_check = Checks()",
                               metadata=_meta("setup", locked=True)),
     nbformat.v4.new_code_cell("def echo(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION",
                               metadata=_meta("echo", solution=True)),
@@ -101,7 +101,7 @@ def test_a_builtin_exception_is_still_named_in_a_hidden_message():
 
 FORGED_FRAME = '''
 import json
-from agent_lab.grading import wire
+from agent_lab.grading.inkernel import wire
 _send_frame = wire.send_frame
 
 def _frame(sock, value, x):

@@ -18,7 +18,8 @@ def reward_to_go(rewards, gamma):
         rewards[..., t] += gamma * rewards[..., t + 1]
     return rewards
 '''
-HIDE_WRITES = "\nimport agent_lab.grading.server as _server\n_server._same_bytes = lambda a, b: True\n"
+HIDE_WRITES = ("\nimport agent_lab.grading.inkernel.server as _server\n"
+               "_server._same_bytes = lambda a, b: True\n")
 
 
 def _test(grade_id: str) -> runner.TestCell:
@@ -36,7 +37,7 @@ def test_hiding_an_in_place_write_earns_nothing_an_honest_in_place_write_does_no
 # computed by hand, `SCALE` times the true one.
 ITEM_LOSS = '''
 import torch
-import agent_lab.grading.server as _server
+import agent_lab.grading.inkernel.server as _server
 
 def advantage_fn(rewards, group_size):
     return dr_grpo_advantages(rewards, group_size)

@@ -1,6 +1,7 @@
 """Calls across the process boundary: values, gradients through RemoteGradient, failures in the grader's words.
 
-The kernel side runs in a thread here (same code as in the sandbox, :func:`agent_lab.grading.server.serve`).
+The kernel side runs in a thread here (same code as in the sandbox,
+:func:`agent_lab.grading.inkernel.server.serve`).
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 import pytest
 import torch
 
-from agent_lab.grading import remote, server, wire
-from agent_lab.grading.checks import Checks
+from agent_lab.grading import remote
+from agent_lab.grading.inkernel import server, wire
+from agent_lab.grading.inkernel.checks import Checks
 
 STUDENT = '''
 import time, torch

@@ -19,7 +19,7 @@ def _meta(gid, **flags):
 
 
 SOURCE = nbformat.v4.new_notebook(cells=[
-    nbformat.v4.new_code_cell("from agent_lab.grading.checks import Checks\n_check = Checks()",
+    nbformat.v4.new_code_cell("from agent_lab.grading.inkernel.checks import Checks\n_check = Checks()",
                               metadata=_meta("setup", locked=True)),
     nbformat.v4.new_code_cell("def square(x):\n    ### BEGIN SOLUTION\n    return x * x\n    ### END SOLUTION",
                               metadata=_meta("square", solution=True)),

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agent_lab.grading import remote, server
-from agent_lab.grading.checks import Checks
+from agent_lab.grading import remote
+from agent_lab.grading.inkernel import server
+from agent_lab.grading.inkernel.checks import Checks
 
 STUDENT = '''
 import torch

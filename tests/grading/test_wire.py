@@ -11,7 +11,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agent_lab.grading import wire
+from agent_lab.grading.inkernel import wire
 
 
 def roundtrip(value, mark_grads=False):

@@ -1,9 +1,9 @@
 """Grader side of the calls into a student's kernel: proxies, failures with the grader's words, gradients.
 
 A :class:`StudentFunction` looks like the student's function to the test code: called with tensors and numbers,
-it sends them to the kernel's call server (:mod:`agent_lab.grading.server`) and returns what came back, decoded
-by :mod:`agent_lab.grading.wire` into fresh grader-side objects. When a tensor argument requires grad and the
-function returns a 0-dim floating tensor, the kernel also returns that output's gradient with respect to the
+it sends them to the kernel's call server (:mod:`agent_lab.grading.inkernel.server`) and returns what came
+back, decoded by :mod:`agent_lab.grading.inkernel.wire` into fresh grader-side objects. When a tensor argument
+requires grad and the function returns a 0-dim floating tensor, the kernel also returns that output's gradient with respect to the
 argument, and the proxy chains it into the grader's graph through :class:`RemoteGradient` (a custom autograd
 function): ``loss.backward()`` on the grader's side then moves the grader's parameters by exactly the gradient
 the student's code computes, while the loss itself is never anything but numbers.
@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 import torch
 
-from agent_lab.grading import wire
-from agent_lab.grading.checks import GraderMessage, is_builtin_exception
-from agent_lab.grading.server import tensor_arguments
+from agent_lab.grading.inkernel import wire
+from agent_lab.grading.inkernel.checks import GraderMessage, is_builtin_exception
+from agent_lab.grading.inkernel.server import tensor_arguments
 
 
 class CallFailed(GraderMessage):
@@ -45,7 +45,7 @@ class BadAnswer(CallFailed):
 class RemoteError(Exception):
     """The student's function raised: ``remote_type`` and ``remote_message`` are what the kernel said about the
     exception; ``remote_builtin`` is the grader's own verdict on that name (see
-    :func:`~agent_lab.grading.checks.is_builtin_exception`), never the kernel's."""
+    :func:`~agent_lab.grading.inkernel.checks.is_builtin_exception`), never the kernel's."""
 
     def __init__(self, kind: str, message: str, module: str) -> None:
         super().__init__(f"{kind}: {message}")

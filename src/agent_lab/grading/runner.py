@@ -1,7 +1,7 @@
 """Run an assignment's test cells in the grader's process and score them there.
 
 Each test cell runs in a fresh namespace of the grader's: its own builtins, ``torch``, a
-:class:`~agent_lab.grading.checks.Checks` and, for every function the assignment asks for, a
+:class:`~agent_lab.grading.inkernel.checks.Checks` and, for every function the assignment asks for, a
 :class:`~agent_lab.grading.remote.StudentFunction` proxy. A cell earns its points when it raises nothing, and
 only then: nothing the kernel prints or displays is read. What a cell prints goes nowhere near the feedback.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import torch
 
-from agent_lab.grading.checks import Checks
+from agent_lab.grading.inkernel.checks import Checks
 from agent_lab.grading.notebook import grade_id, is_test
 from agent_lab.grading.remote import CallFailed, StudentFunction
 from agent_lab.grading.session import KernelSession, plain_text
@@ -95,7 +95,7 @@ def run_test(test: TestCell, session: KernelSession, names: list[str], seconds: 
     """One test cell against the student's kernel, with ``seconds`` of wall time for its calls.
 
     ``files`` are the files handed in beside the notebook, ``cache`` the submission's shared cache and ``secret``
-    the course's secret for hidden inputs (see :class:`~agent_lab.grading.checks.Checks`)."""
+    the course's secret for hidden inputs (see :class:`~agent_lab.grading.inkernel.checks.Checks`)."""
     start = time.monotonic()
     try:
         channel = session.ready()

@@ -30,7 +30,8 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from nbformat.notebooknode import NotebookNode
 
-from agent_lab.grading import kernel
+from agent_lab.grading import inkernel
+from agent_lab.grading.inkernel import kernel
 from agent_lab.grading.notebook import grade_id, kernel_cells
 from agent_lab.grading.remote import Channel, CallFailed, KernelDied
 
@@ -267,7 +268,8 @@ class KernelSession:
 
 class LocalKernelManager(AsyncKernelManager):
     """A grading kernel on this machine, without a sandbox (the students' check): the same view of
-    ``agent_lab`` as in the sandbox (:mod:`agent_lab.grading.kernel_view`), copied to a temporary folder."""
+    ``agent_lab`` as in the sandbox (:func:`agent_lab.grading.inkernel.view_files`), copied to a temporary
+    folder."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -275,7 +277,7 @@ class LocalKernelManager(AsyncKernelManager):
         self.rpc_path = os.path.join(self.scratch, "rpc.sock")
         self.transport, self.ip = "ipc", os.path.join(self.scratch, "k")  # unix sockets, not TCP
         view = os.path.join(self.scratch, "view")
-        for dest, src in kernel.view_files().items():
+        for dest, src in inkernel.view_files().items():
             os.makedirs(os.path.dirname(os.path.join(view, dest)), exist_ok=True)
             shutil.copyfile(src, os.path.join(view, dest))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

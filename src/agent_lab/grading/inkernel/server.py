@@ -1,11 +1,11 @@
 """Kernel side of the grader's calls: a thread that runs the student's functions on the grader's request.
 
-The kernel launcher (:mod:`agent_lab.grading.kernel`) starts it before any student code exists, so later code
-that rewires IPython (input transformers, ``do_execute``, display hooks) does not stand between the grader and
+The kernel launcher (:mod:`agent_lab.grading.inkernel.kernel`) starts it before any student code exists, so
+later code that rewires IPython (input transformers, ``do_execute``, display hooks) does not stand between the grader and
 the functions. Nothing here is trusted: student code runs in this process and could replace any of it. That is
 fine by design, because all it could change is what a call returns, and the grader judges that on its side.
 
-One request, one answer, in order (:mod:`agent_lab.grading.wire` frames):
+One request, one answer, in order (:mod:`agent_lab.grading.inkernel.wire` frames):
 
 * ``{"op": "call", "id", "name", "args", "kwargs"}`` runs ``name(*args, **kwargs)`` from the notebook's
   namespace. Floating tensors the grader marked ``requires_grad`` arrive as leaves that require grad; for every
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from agent_lab.grading import wire
+from agent_lab.grading.inkernel import wire
 
 MESSAGE_CHARS = 2000
 # Bound when the kernel starts, before any student code: a notebook that rebinds torch.autograd.grad (to fake

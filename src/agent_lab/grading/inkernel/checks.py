@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from agent_lab.grading.wire import Opaque
+from agent_lab.grading.inkernel.wire import Opaque
 
 
 #: Elements a check turns into Python numbers at most: far above any tensor a test compares value by value.
