@@ -19,6 +19,9 @@ trainer trimmed the heap).
 
 Figures are printed and written to ``bench/results/bench_crafting_profile.json``.
 
+``--tiny`` runs the same arms with a tiny policy, its RL piece from random weights rather than the committed
+policy, into section ``tiny``: every code path in seconds (what the tests do).
+
 Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15] [--repeats 1]``
 """
 
@@ -39,6 +42,8 @@ from agent_lab.diagnostics import time_profile
 POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
 ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows": True},
         "whole-batch": {"micro_batch_size": 0, "keep_finished_rows": True, "keep_freed_memory": True}}
+TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "sft_batch_size": 4, "batch_size": 8, "group_size": 4}
+TINY_EVAL_SIZE = 4  # evaluation worlds per level with --tiny
 
 
 def _piece(name: str, run, sft: bool) -> dict:
@@ -55,13 +60,13 @@ def _piece(name: str, run, sft: bool) -> dict:
             "flops_per_token": train_flops_per_token(result.policy, context)}
 
 
-def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
+def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False) -> None:
     """One arm, in its own process: the SFT piece, then the RL piece; figures to ``out``."""
     import agent_lab.rollout as rollout
     import agent_lab.trainer as trainer
     from agent_lab.recipes import recipe
 
-    settings = dict(ARMS[arm])
+    settings = {**ARMS[arm], **(TINY if tiny else {})}
     if settings.pop("keep_freed_memory", False):
         trainer.HeapTrimmer.__call__ = lambda self, step_s: False
     if settings.pop("keep_finished_rows", False):  # every row through every cached step, as before
@@ -70,9 +75,14 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
     sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
                      sft_lr_decay_steps=decay, steps=1, **settings)
     rl_cfg = recipe("crafting-full", steps=rl_steps, **settings)
+    if tiny:  # a tiny policy has not the committed one's shape: its RL piece starts from random weights
+        sft_cfg = sft_cfg.replace(env_options={**sft_cfg.env_options, "eval_size": TINY_EVAL_SIZE})
+        rl_cfg = rl_cfg.replace(sft_steps=0, sft_slip_prob=0.0, sft_lr_decay_steps=0,
+                                env_options={**rl_cfg.env_options, "eval_size": TINY_EVAL_SIZE})
+    init = None if tiny else POLICY
     with tempfile.TemporaryDirectory() as tmp:
         pieces = [_piece("SFT", lambda: trainer.train_sft(sft_cfg, run_dir=f"{tmp}/sft", progress=False), True),
-                  _piece("RL", lambda: trainer.train_rl(rl_cfg, init=POLICY, run_dir=f"{tmp}/rl", progress=False),
+                  _piece("RL", lambda: trainer.train_rl(rl_cfg, init=init, run_dir=f"{tmp}/rl", progress=False),
                          False)]
     write_result(out, pieces)
 
@@ -80,7 +90,7 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path) -> None:
 def run_arm(arm: str, args: argparse.Namespace) -> list[dict]:
     """:func:`child` in a fresh process: the pieces of arm ``arm``."""
     (pieces,) = run_fresh(__file__, ["--child", arm, "--sft-steps", args.sft_steps,
-                                     "--rl-steps", args.rl_steps])
+                                     "--rl-steps", args.rl_steps, *["--tiny"] * args.tiny])
     return pieces
 
 
@@ -92,11 +102,13 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p.add_argument("--rl-steps", type=int, default=15)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--tiny", action="store_true",
+                   help="a tiny policy: every code path in seconds (the tests)")
     add_child_options(p, choices=list(ARMS))
     p.add_argument("--results", type=Path, default=RESULTS / "bench_crafting_profile.json")
     args = p.parse_args(argv)
     if args.child:
-        child(args.child, args.sft_steps, args.rl_steps, args.out)
+        child(args.child, args.sft_steps, args.rl_steps, args.out, args.tiny)
         return {}
     import torch
 
@@ -120,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     _print_ratios(rows)
     saved = [{"matmul_peak_gflops": peaks, "threads": threads, "sft_steps": args.sft_steps,
               "rl_steps": args.rl_steps, "arms": rows}]
-    save_section(args.results, "profile", saved, " ".join(["python bench/bench_crafting_profile.py", *argv]))
-    return {"profile": saved}
+    section = "tiny" if args.tiny else "profile"
+    save_section(args.results, section, saved, " ".join(["python bench/bench_crafting_profile.py", *argv]))
+    return {section: saved}
 
 
 def _print_ratios(rows: list[dict]) -> None:

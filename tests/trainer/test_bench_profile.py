@@ -70,12 +70,12 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 
 @pytest.mark.slow
 def test_the_crafting_profile_bench_runs_every_arm_and_saves_them(tmp_path, capsys):
-    got = _load("bench_crafting_profile").main(["--sft-steps", "4", "--rl-steps", "1", "--results",
+    got = _load("bench_crafting_profile").main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--results",
                                                 str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert "recipe / whole-batch" in out and "recipe / keep-rows" in out and "matmul peak" in out
-    saved = json.loads((tmp_path / "p.json").read_text())["sections"]["profile"]["rows"][0]
-    assert list(got) == ["profile"] and as_saved(got["profile"]) == [saved]
+    saved = json.loads((tmp_path / "p.json").read_text())["sections"]["tiny"]["rows"][0]
+    assert list(got) == ["tiny"] and as_saved(got["tiny"]) == [saved]
     assert {(r["arm"], r["piece"], r["steps"]) for r in saved["arms"]} == {
         (arm, piece, steps) for arm in ("recipe", "keep-rows", "whole-batch")
         for piece, steps in (("SFT", 4), ("RL", 1))}
