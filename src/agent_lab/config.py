@@ -144,16 +144,22 @@ class SFTConfig:
                                flat="sft_lr")
     lr_decay_steps: int = setting(0, "the last this many SFT steps anneal the learning rate linearly to 0 "
                                      "(0: constant)", flat="sft_lr_decay_steps")
+    warmup_steps: int = setting(0, "the first this many SFT steps raise the learning rate linearly from lr / "
+                                   "warmup_steps to lr (0: no warmup)", flat="sft_warmup_steps")
 
     def __post_init__(self):
         _count("sft_steps", self.steps)
         _count("sft_batch_size", self.batch_size, 1)
         _count("sft_lr_decay_steps", self.lr_decay_steps)
+        _count("sft_warmup_steps", self.warmup_steps)
         if self.lr is not None:
             _number("sft_lr", self.lr, strict=True)
         if self.lr_decay_steps > self.steps:
             raise ValueError(f"sft_lr_decay_steps={self.lr_decay_steps} is more than the {self.steps} SFT steps it "
                              "would anneal; lower it or add SFT steps")
+        if self.warmup_steps + self.lr_decay_steps > self.steps:
+            raise ValueError(f"sft_warmup_steps={self.warmup_steps} and sft_lr_decay_steps={self.lr_decay_steps} "
+                             f"overlap within the {self.steps} SFT steps; lower one or add SFT steps")
 
 
 @dataclass

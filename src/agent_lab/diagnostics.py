@@ -79,6 +79,7 @@ def describe_run(run: Any, phases: tuple[str, ...]) -> str:
     if "sft" in phases and cfg.sft.steps:
         lines.append(f"SFT ({cfg.sft.steps} steps, {cfg.sft.batch_size} demonstrations/step, "
                      f"lr={cfg.sft.lr or cfg.optimizer.lr}"
+                     + (f", linear warmup over the first {cfg.sft.warmup_steps}" if cfg.sft.warmup_steps else "")
                      + (f", linear to 0 over the last {cfg.sft.lr_decay_steps}" if cfg.sft.lr_decay_steps else "")
                      + f"): {run.sft_algo.describe()}")
     a = cfg.algorithm

@@ -401,16 +401,20 @@ def finish_step(run: Run, row: dict, t_start: float, last: bool) -> None:
 
 
 def sft_lr_at(cfg: TrainConfig, step: int) -> float:
-    """The SFT learning rate at ``step``, stable then decaying (warmup-stable-decay without the warmup): constant
-    ``sft.lr`` (or the optimizer's lr), then over the last D = ``sft.lr_decay_steps`` of the T SFT steps, linear
-    to zero:
+    """The SFT learning rate at ``step``, warmup-stable-decay: over the first W = ``sft.warmup_steps`` steps linear
+    up to ``lr0`` = ``sft.lr`` (or the optimizer's lr), constant, then over the last D = ``sft.lr_decay_steps`` of
+    the T SFT steps linear to zero:
 
-        lr(s) = lr0                    for s < T - D
-        lr(s) = lr0 * (T - s) / D      for T - D <= s < T   (the last step still moves, by lr0 / D)
+        lr(s) = lr0 * (s + 1) / W      for s < W                (the first step moves, by lr0 / W)
+        lr(s) = lr0                    for W <= s < T - D
+        lr(s) = lr0 * (T - s) / D      for T - D <= s < T       (the last step still moves, by lr0 / D)
 
-    Annealing lets Adam settle into the minimum that constant-rate noise keeps it circling."""
+    The warmup keeps Adam's first steps, whose second-moment estimates rest on a handful of gradients, small;
+    annealing lets Adam settle into the minimum that constant-rate noise keeps it circling."""
     lr0 = cfg.sft.lr or cfg.optimizer.lr
-    end, d = cfg.sft.steps, cfg.sft.lr_decay_steps
+    end, d, w = cfg.sft.steps, cfg.sft.lr_decay_steps, cfg.sft.warmup_steps
+    if step < w:
+        return lr0 * (step + 1) / w
     return lr0 if step < end - d else lr0 * (end - step) / d
 
 

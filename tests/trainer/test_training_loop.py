@@ -182,6 +182,15 @@ def test_sft_learning_rate_is_constant_then_decays_linearly_over_the_last_steps(
     assert [trainer_mod.sft_lr_at(flat, s) for s in range(5)] == [1e-3] * 5
 
 
+def test_sft_learning_rate_warms_up_linearly_then_holds_then_decays():
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 6, "sft_lr": 1e-3, "sft_warmup_steps": 2,
+                         "sft_lr_decay_steps": 2})
+    want = [1e-3 / 2, 1e-3, 1e-3, 1e-3, 1e-3 * 2 / 2, 1e-3 * 1 / 2]
+    assert [trainer_mod.sft_lr_at(cfg, s) for s in range(6)] == pytest.approx(want)
+    with pytest.raises(ValueError, match="sft_warmup_steps=5 and sft_lr_decay_steps=2 overlap"):
+        TrainConfig(**{**FAST, "sft_steps": 6, "sft_warmup_steps": 5, "sft_lr_decay_steps": 2})
+
+
 BAD = [
     ({"algo": "a2c"}, "algo must be one of"),
     ({"env": "chess"}, "env must be one of"),
