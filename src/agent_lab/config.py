@@ -227,6 +227,8 @@ class RunConfig:
 
     device: str = setting("auto", " | ".join(DEVICE_CHOICES))
     bf16: bool = setting(True, "autocast to bfloat16 on CUDA (ignored elsewhere)")
+    cpu_bf16: bool = setting(False, "autocast to bfloat16 on the CPU too, where it has fast bf16 (AMX or "
+                                    "AVX512-BF16, detected); float32 on any other CPU")
     cpu_threads: int = setting(1, "torch intra-op threads on the CPU (0: torch's default); tiny models gain "
                                   "nothing from more")
     micro_batch_size: int = setting(0, "episodes per forward/backward (0: the whole batch); the gradient "

@@ -4,6 +4,8 @@ import ctypes
 import functools
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -30,6 +32,37 @@ def pick_device(name: str = "auto") -> torch.device:
     if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise ValueError("device 'mps' requested but MPS is not available; use --device auto or cpu")
     return torch.device(name)
+
+
+#: The CPU features that multiply bfloat16 matrices in hardware (``torch.cpu.get_capabilities``' names),
+#: the faster first. Without one, bfloat16 arithmetic on the CPU is emulated and slower than float32.
+FAST_BF16_FEATURES = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_fast_bf16(capabilities: Mapping[str, Any] | None = None) -> str | None:
+    """The feature of this CPU that makes bfloat16 matmuls fast (one of :data:`FAST_BF16_FEATURES`), or None
+    where it has none. ``capabilities``: the features as ``torch.cpu.get_capabilities()`` reports them,
+    read from torch when None (an empty mapping where torch cannot tell: then None, so float32)."""
+    if capabilities is None:
+        get = getattr(torch.cpu, "get_capabilities", None)
+        capabilities = get() if get is not None else {}
+    return next((f for f in FAST_BF16_FEATURES if capabilities.get(f) is True), None)
+
+
+def autocast_dtype(device: torch.device, cuda_bf16: bool, cpu_bf16: bool) -> tuple[torch.dtype | None, str]:
+    """The dtype a run autocasts its forward passes to on ``device`` (None: float32 throughout) and a line
+    saying which and why, for the run's description. ``cuda_bf16`` and ``cpu_bf16`` are RunConfig's ``bf16``
+    and ``cpu_bf16``: bfloat16 on CUDA when asked; on the CPU only when asked and the CPU has a fast-bf16
+    feature (:func:`cpu_fast_bf16`), since emulated bfloat16 would slow the run down instead."""
+    if device.type == "cuda":
+        return (torch.bfloat16, "bfloat16 autocast on CUDA (bf16)") if cuda_bf16 else (None, "float32")
+    if device.type != "cpu" or not cpu_bf16:
+        return None, "float32" + (f" (cpu_bf16 applies to the CPU, not {device.type})" if cpu_bf16 else "")
+    feature = cpu_fast_bf16()
+    if feature is None:
+        return None, (f"float32: cpu_bf16 is on, but this CPU has none of {', '.join(FAST_BF16_FEATURES)}, "
+                      "so bfloat16 would be emulated and slower")
+    return torch.bfloat16, f"bfloat16 autocast on the CPU (cpu_bf16; this CPU has {feature})"
 
 
 def release_freed_memory() -> None:

@@ -89,6 +89,7 @@ def describe_run(run: Any, phases: tuple[str, ...]) -> str:
         if a.entropy_coef > 0:
             lines.append(f"entropy bonus: s_ij += {a.entropy_coef} * H(pi(. | x_<ij))")
     lines += [p.describe(cfg) for p in run.plugins]
+    lines.append(f"precision: {run.precision}")
     if cfg.run.micro_batch_size:
         lines.append(f"micro-batches of {cfg.run.micro_batch_size} episodes, gradients accumulated; every "
                      "normaliser is the whole step's")

@@ -39,7 +39,7 @@ from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.branching import continuation_returns
 from agent_lab.config import TrainConfig
 from agent_lab.critic import policy_features
-from agent_lab.device import HeapTrimmer, map_large_blocks, pick_device, release_freed_memory
+from agent_lab.device import HeapTrimmer, autocast_dtype, map_large_blocks, pick_device, release_freed_memory
 from agent_lab.diagnostics import (MetricsWriter, Progress, describe_run, phase_times, plot_curves, rejected_share,
                                    rollout_diagnostics, summarise_updates)
 from agent_lab.estimators.logprobs import token_logprobs
@@ -112,6 +112,7 @@ class Run:
     last_eval: EvalReport | None = None
     trim_heap: HeapTrimmer = field(default_factory=HeapTrimmer)  # after each step and rollout: freed memory to the OS
     description: str = ""
+    precision: str = "float32"  # the autocast dtype (or float32) and why (device.autocast_dtype)
     writer: MetricsWriter | None = None
     # the user's functions in place of the algorithm's (train's advantage_fn, loss_fn): RL steps only
     advantage_fn: AdvantageFn | None = None
@@ -121,7 +122,7 @@ class Run:
     driver_state: dict = field(default_factory=dict)
 
     def amp(self):
-        """bf16 autocast on CUDA when the run asks for it, a no-op elsewhere."""
+        """Autocast to ``amp_dtype`` (bf16 on CUDA, or on a fast-bf16 CPU with cpu_bf16), else a no-op."""
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
@@ -257,10 +258,10 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, advantage_fn
     optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, betas=(0.9, 0.99), weight_decay=o.weight_decay)
     max_tok = max_action_tokens(env)
     run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else Path(tempfile.mkdtemp(prefix=f"agent-lab-{cfg.env}-"))
-    run = Run(cfg, env, tok, model, ddp_model, optimizer, device,
-              torch.bfloat16 if (cfg.run.bf16 and device.type == "cuda") else None, info,
+    amp_dtype, precision = autocast_dtype(device, cfg.run.bf16, cfg.run.cpu_bf16)
+    run = Run(cfg, env, tok, model, ddp_model, optimizer, device, amp_dtype, info,
               cfg.algorithm.build(max_tok), make_algorithm("sft", group_size=1, max_tokens=max_tok),
-              make_plugins(cfg.plugins), run_dir, advantage_fn=advantage_fn, loss_fn=loss_fn)
+              make_plugins(cfg.plugins), run_dir, advantage_fn=advantage_fn, loss_fn=loss_fn, precision=precision)
     source = run_dir / "checkpoint.pt" if cfg.run.resume else init
     if cfg.run.resume and not source.exists():
         raise ValueError(f"resume=True but {source} does not exist")
