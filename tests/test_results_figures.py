@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import matplotlib
@@ -177,34 +178,162 @@ def test_the_trainer_bench_keeps_every_evaluation_as_the_seeds_curve():
                                            {"step": 4, "seconds": 4.5, "episodes": 256, "greedy": 0.9375}]
 
 
-def _curve_line(kind, step, phase, seconds, success, per_level=20, met=False):
-    levels = {f"level {lv}": {"success": success, "ci_low": 0.0, "ci_high": 1.0} for lv in (1, 2)}
+def _level(success, low=0.0, high=1.0):
+    return {"n": 20, "success": success, "ci_low": low, "ci_high": high}
+
+
+def _curve_line(kind, step, phase, seconds, success, per_level=20, met=False, episodes=0, level3=None):
+    levels = {f"level {lv}": _level(success) for lv in (1, 2)}
+    levels["level 3"] = level3 or _level(success)
     return {"kind": kind, "step": step, "phase": phase, "train_s": seconds, "per_level": per_level,
+            "demonstrations": min(step, 500) * 32, "episodes": episodes,
             "splits": {"test": levels, "held_out_goals": levels}, "target_met": met}
 
 
-CURVE = [{"kind": "header", "recipe": "crafting-full", "seed": 0, "candidate_mask": True},
+TARGET = {"level <= 2": 0.95, "level >= 3": 0.8}
+HEADER = {"kind": "header", "recipe": "crafting-full", "seed": 0, "candidate_mask": True, "target": TARGET,
+          "config": {"sft": {"steps": 500}, "algorithm": {"steps": 100}}}
+#: SFT to step 500, then RL: 25 steps of 128 episodes, where a sample and its confirmation met the target
+CURVE = [HEADER,
          _curve_line("sample", 250, "sft", 100.0, 0.5), _curve_line("sample", 500, "sft", 200.0, 0.7),
-         _curve_line("sample", 525, "rl", 260.0, 0.97, met=True),
-         _curve_line("confirm", 525, "rl", 260.0, 0.96, per_level=200, met=True)]
+         _curve_line("sample", 525, "rl", 260.0, 0.97, met=True, episodes=3200),
+         _curve_line("confirm", 525, "rl", 260.0, 0.96, per_level=200, met=True, episodes=3200)]
 
 
 def test_a_crafting_curve_gives_its_points_its_switch_to_rl_and_when_it_met_the_target():
     body = CURVE[1:]
     assert rf.curve_points(body, "test", "level 1") == [(100.0, 0.5), (200.0, 0.7), (260.0, 0.97)]
     assert rf.curve_points(body, "test", "level 1", "confirm") == [(260.0, 0.96)]
+    assert rf.curve_points(body, "test", "level 1", x="budget") == [(8000, 0.5), (16000, 0.7), (19200, 0.97)]
     assert rf.curve_points(body, "test", "level 9") == []
-    assert rf.rl_start(body) == 200.0 and rf.rl_start(body[:2]) is None
+    assert rf.rl_start(body) == 200.0 and rf.rl_start(body, "budget") == 16000
+    assert rf.rl_start(body[:2]) is None
     f = rf.crafting_curve_facts(CURVE)
     assert f == {"recipe": "crafting-full", "seed": 0, "mask": True, "met_s": 260.0, "met_step": 525,
-                 "confirmed_on": 200, "last_s": 260.0, "last_step": 525, "confirmed": True}
+                 "met_budget": 19200, "confirmed_on": 200, "sample_met_step": 525, "last_s": 260.0,
+                 "last_step": 525, "last_budget": 19200, "rl_start_step": 500, "confirmed": True,
+                 "finished": True}
+
+
+def test_a_partial_crafting_curve_says_how_far_it_got_and_that_it_has_not_finished():
     partial = rf.crafting_curve_facts(CURVE[:3])
-    assert partial["met_s"] is None and partial["last_step"] == 500 and not partial["confirmed"]
+    assert partial["met_s"] is None and partial["sample_met_step"] is None
+    assert (partial["last_step"], partial["last_s"], partial["last_budget"]) == (500, 200.0, 16000)
+    assert not partial["confirmed"] and not partial["finished"] and partial["rl_start_step"] is None
     assert rf.crafting_curve_facts(CURVE[:1])["last_s"] is None
+    # a line cut short in the copy (no evaluation) is left out, not fatal
+    assert rf.crafting_curve_facts(CURVE[:3] + [{"kind": "sample", "step": 600}])["last_step"] == 500
+    # a confirmation that missed the target mid-run does not finish the curve; one after the last step does
+    missed = _curve_line("confirm", 250, "sft", 100.0, 0.5, per_level=200)
+    assert not rf.crafting_curve_facts([HEADER, missed])["finished"]
+    ended = _curve_line("confirm", 600, "rl", 400.0, 0.5, per_level=200, episodes=12800)
+    f = rf.crafting_curve_facts(CURVE[:3] + [ended])
+    assert f["finished"] and f["met_s"] is None and f["confirmed"]
 
 
-def test_the_crafting_curve_figure_draws_every_run_at_the_books_width():
-    fig = rf.crafting_curve_figure({"a": CURVE, "b": CURVE[:3]})
-    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
-    assert [t.get_text() for t in fig.axes[-1].get_legend().get_texts()] == ["level 1", "level 2"]
+def test_each_level_reads_its_target_from_the_curves_header():
+    assert [rf.level_target(TARGET, f"level {n}") for n in (1, 2, 3, 4)] == [0.95, 0.95, 0.8, 0.8]
+    assert rf.level_target({"of": "the planner"}, "level 1") is None
+
+
+def _rl_curve(before, after):
+    """SFT to step 500 then 50 RL steps; level 3 of every split at ``before`` and ``after``."""
+    return [HEADER, _curve_line("sample", 500, "sft", 200.0, 1.0, level3=before),
+            _curve_line("sample", 525, "rl", 260.0, 1.0, episodes=3200, level3=_level(0.0)),
+            _curve_line("sample", 550, "rl", 330.0, 1.0, episodes=6400, level3=after)]
+
+
+def test_what_rl_changed_compares_the_end_of_sft_with_the_last_rl_sample_by_their_intervals():
+    up = rf.rl_change(_rl_curve(_level(0.3, 0.15, 0.5), _level(0.9, 0.7, 0.97)), "test", "level 3")
+    assert (up["before"]["success"], up["after"]["success"]) == (0.3, 0.9)
+    assert (up["steps"], up["seconds"], up["overlap"]) == (50, 130.0, False)
+    down = rf.rl_change(_rl_curve(_level(0.9, 0.7, 0.97), _level(0.3, 0.15, 0.5)), "test", "level 3")
+    assert not down["overlap"]
+    same = rf.rl_change(_rl_curve(_level(0.5, 0.3, 0.7), _level(0.6, 0.4, 0.8)), "held_out_goals", "level 3")
+    assert same["overlap"]
+    assert rf.rl_change(CURVE[:3], "test", "level 1") is None  # no RL yet
+    assert rf.rl_change(CURVE, "test", "level 9") is None  # a level the curve does not evaluate
+
+
+def test_the_curve_sentences_say_where_each_curve_stands_and_what_rl_changed():
+    assert rf.curve_sentence("a", CURVE) == (
+        "`a` (crafting-full, seed 0, with the candidate mask) met the crafting target after 260 s of "
+        "training (step 525, 19,200 demonstrations and RL episodes), confirmed on 200 worlds per level.")
+    assert rf.curve_sentence("p", CURVE[:3]).endswith(
+        "has not met the target by 200 s of training (step 500, 16,000 demonstrations and RL episodes); "
+        "the curve is partial.")
+    assert rf.curve_sentence("h", CURVE[:1]).endswith("has no evaluation yet.")
+    assert rf.rl_sentence(CURVE[:3]) == "It has no RL evaluation yet."
+    up = rf.rl_sentence(_rl_curve(_level(0.3, 0.15, 0.5), _level(0.9, 0.7, 0.97)))
+    assert up.startswith("Its 50 RL steps (130 s of training) took level 3 success")
+    assert "test 0.30 [0.15, 0.50] → 0.90 [0.70, 0.97]" in up
+    assert up.endswith("the intervals do not overlap on test up, held out goals up.")
+    same = rf.rl_sentence(_rl_curve(_level(0.5, 0.3, 0.7), _level(0.6, 0.4, 0.8)))
+    assert same.endswith("the intervals overlap on every split: no change this sample can tell apart.")
+
+
+def test_the_first_curve_to_the_target_by_seconds_and_by_demonstrations():
+    slow_but_frugal = [HEADER, _curve_line("sample", 100, "sft", 900.0, 1.0, met=True),
+                       _curve_line("confirm", 100, "sft", 900.0, 1.0, per_level=200, met=True)]
+    curves = {"a": CURVE, "b": slow_but_frugal, "partial": CURVE[:3]}
+    assert rf.first_to_target(curves) == ("a", 260.0)
+    assert rf.first_to_target(curves, "budget") == ("b", 3200)
+    assert rf.first_to_target({"partial": CURVE[:3]}) is None
+
+
+def test_the_crafting_curve_figures_draw_every_curve_partial_or_with_rl_at_the_books_width():
+    rl = _rl_curve(_level(0.3), _level(0.9))
+    for lines, x in ((CURVE, "train_s"), (CURVE[:3], "budget"), (rl, "budget")):
+        fig = rf.crafting_curve_figure(lines, x)
+        assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
+        legend = [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+        assert legend == ["level 1", "level 2", "level 3", "targets"]
+        plt.close(fig)
+    shaded = rf.crafting_curve_figure(CURVE)
+    assert all(len(ax.patches) == 1 for ax in shaded.axes), "the RL phase is shaded in every panel"
+    plt.close(shaded)
+    fig = rf.crafting_curve_figure(CURVE[:1])  # a header alone: an empty figure, not an error
     plt.close(fig)
+    fig = rf.compare_curves_figure({"a": CURVE, "partial": CURVE[:3], "rl": rl})
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[:3] == ["a", "partial", "rl"] and {"SFT", "RL", "target"} <= set(labels)
+    dashed = [line for line in fig.axes[0].get_lines()
+              if line.get_linestyle() == "--" and len(line.get_xdata())]
+    assert len(dashed) == 2 + 1, "each curve with RL draws its RL part dashed (and the target is dashed)"
+    plt.close(fig)
+
+
+def test_the_committed_crafting_curves_draw():
+    spec = importlib.util.spec_from_file_location("_results", RESULTS.parent / "_results.py")
+    results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results)
+    curves, problems = results.load_curves()
+    if not curves:
+        pytest.skip("no crafting curve is committed")
+    assert not problems, problems
+    for lines in curves.values():
+        for x in rf.CURVE_X:
+            fig = rf.crafting_curve_figure(lines, x)
+            assert fig.get_figwidth() == rf.WIDTH and all(ax.has_data() for ax in fig.axes)
+            plt.close(fig)
+    fig = rf.compare_curves_figure(curves)
+    assert all(ax.has_data() for ax in fig.axes)
+    plt.close(fig)
+
+
+def _written_by_scripts(root: Path) -> set[str]:
+    """The results files the benchmark and report scripts write by default (``RESULTS / "name.json"``)."""
+    pattern = re.compile(r'(?:RESULTS|"results")\s*/\s*"([\w.-]+\.json)"')
+    return {name for script in [*root.glob("bench/*.py"), *root.glob("scripts/*.py")]
+            for name in pattern.findall(script.read_text(encoding="utf-8"))}
+
+
+def test_the_results_readme_names_every_committed_file_and_every_file_a_script_writes():
+    readme = (RESULTS / "README.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"^- `([^`]+)`:", readme, re.M))
+    committed = {p.name + ("/" if p.is_dir() else "") for p in RESULTS.iterdir() if p.name != "README.md"}
+    written = _written_by_scripts(RESULTS.parents[1])
+    assert {"gpu_bench.json", "bench_envs.json", "mutation.json"} <= written  # the pattern still finds them
+    assert not committed - named, f"bench/results/README.md does not list {sorted(committed - named)}"
+    assert not written - named, f"bench/results/README.md does not list {sorted(written - named)}"

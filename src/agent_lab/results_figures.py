@@ -542,51 +542,227 @@ def mutation_figure(rows: list[dict]):
 
 
 # ----------------------------------------------------------------------------- the crafting learning curve
-def curve_points(lines: list[dict], split: str, level: str, kind: str = "sample") -> Curve:
-    """(training seconds, greedy success) of one split and level at each ``kind`` line of a crafting curve."""
-    return [(line["train_s"], line["splits"][split][level]["success"]) for line in lines
-            if line.get("kind") == kind and level in line.get("splits", {}).get(split, {})]
+#: What a crafting curve can be drawn against: a line's training seconds (evaluations excluded), or the
+#: demonstrations and RL episodes it has trained on so far (the data a recipe spends).
+CURVE_X = {"train_s": "training seconds", "budget": "demonstrations + RL episodes"}
+RL_SHADE = {"color": "grey", "alpha": 0.12, "lw": 0}
 
 
-def rl_start(lines: list[dict]) -> float | None:
-    """The training seconds at which RL took over from SFT (the last SFT line's); None before any RL."""
-    sft = [line["train_s"] for line in lines if line.get("phase") == "sft"]
-    rl = [line for line in lines if line.get("phase") == "rl"]
-    return max(sft) if sft and rl else None
+def curve_x(line: dict, x: str = "train_s") -> float:
+    """Where one curve line lies on the axis ``x`` (a key of :data:`CURVE_X`)."""
+    if x == "budget":
+        return line.get("demonstrations", 0) + line.get("episodes", 0)
+    return line[x]
 
 
-def crafting_curve_figure(curves: dict[str, list[dict]]):
-    """Greedy success per level against training seconds, a panel per split: each run thin, the median over
-    runs bold, confirmations as diamonds, a dotted line where RL took over from SFT."""
-    bodies = [lines[1:] for lines in curves.values()]
-    splits = list(dict.fromkeys(s for lines in bodies for line in lines for s in line.get("splits", {})))
-    levels = sorted({lv for lines in bodies for line in lines for s in splits
-                     for lv in line["splits"].get(s, {})})
-    fig, axes = subplots(len(splits), height=3.0, sharey=True)
+def evaluations(lines: list[dict], kind: str = "sample") -> list[dict]:
+    """The curve's lines of one ``kind`` ("sample" or "confirm") that carry an evaluation: the header and a
+    line cut short carry none, and are left out instead of stopping the figure."""
+    return [line for line in lines if isinstance(line, dict) and line.get("kind") == kind
+            and isinstance(line.get("splits"), dict) and "train_s" in line]
+
+
+def curve_points(lines: list[dict], split: str, level: str, kind: str = "sample",
+                 x: str = "train_s") -> Curve:
+    """(``x``, greedy success) of one split and level at each ``kind`` line of a crafting curve."""
+    return [(curve_x(line, x), line["splits"][split][level]["success"]) for line in evaluations(lines, kind)
+            if level in line["splits"].get(split, {})]
+
+
+def phase_lines(lines: list[dict], phase: str) -> list[dict]:
+    return [line for line in evaluations(lines) if line.get("phase") == phase]
+
+
+def rl_start(lines: list[dict], x: str = "train_s") -> float | None:
+    """Where RL took over from SFT on the axis ``x`` (the last SFT evaluation's); None before any RL."""
+    sft, rl = phase_lines(lines, "sft"), phase_lines(lines, "rl")
+    return curve_x(sft[-1], x) if sft and rl else None
+
+
+def level_target(target: dict, level: str) -> float | None:
+    """The share of the planner's success that ``level`` ("level N") must reach, from a curve header's
+    ``target`` (rules such as ``{"level <= 2": 0.95, "level >= 3": 0.8}``); None where no rule names it."""
+    n = int(level.split()[-1])
+    for rule, share in target.items():
+        word, op, bound = (rule.split() + ["", "", ""])[:3]
+        if word == "level" and bound.isdigit() and {"<=": n <= int(bound), ">=": n >= int(bound)}.get(op):
+            return share
+    return None
+
+
+def curve_levels(lines: list[dict]) -> tuple[list[str], list[str]]:
+    """The splits and levels a curve's evaluations cover, in the order they first appear."""
+    body = evaluations(lines) + evaluations(lines, "confirm")
+    splits = list(dict.fromkeys(s for line in body for s in line["splits"]))
+    levels = sorted({lv for line in body for by in line["splits"].values() for lv in by},
+                    key=lambda lv: int(lv.split()[-1]))
+    return splits, levels
+
+
+def shade_rl(ax, lines: list[dict], x: str) -> None:
+    """Grey from where RL took over to the curve's last evaluation: the RL phase."""
+    start = rl_start(lines, x)
+    if start is not None:
+        ax.axvspan(start, curve_x(phase_lines(lines, "rl")[-1], x), **RL_SHADE)
+
+
+def crafting_curve_figure(lines: list[dict], x: str = "train_s"):
+    """One crafting curve: greedy success per level against ``x``, a panel per split; the RL phase shaded,
+    confirmations on more worlds as diamonds, each level's target dashed."""
+    splits, levels = curve_levels(lines)
+    target = (lines[0].get("target") or {}) if lines else {}
+    fig, axes = subplots(max(len(splits), 1), height=2.9, sharey=True)
     for ax, split in zip(axes, splits):
+        shade_rl(ax, lines, x)
         for k, level in enumerate(levels):
-            draw_seeds(ax, [curve_points(lines, split, level) for lines in bodies], COLORS[k], level)
-            confirm = [p for lines in bodies for p in curve_points(lines, split, level, "confirm")]
-            ax.plot([x for x, _ in confirm], [y for _, y in confirm], "D", color=COLORS[k], ms=5, ls="")
-        for start in filter(None, map(rl_start, bodies)):
-            ax.axvline(start, color="grey", ls=":", lw=1)
-        ax.set_title(f"{split.replace('_', ' ')} (dotted: SFT → RL)")
-        ax.set_xlabel("training seconds")
-        ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
+            points = curve_points(lines, split, level, x=x)
+            if points:
+                ax.plot(*zip(*points), color=COLORS[k], drawstyle="steps-post", label=level, **BOLD)
+            confirm = curve_points(lines, split, level, "confirm", x)
+            ax.plot([p for p, _ in confirm], [s for _, s in confirm], "D", color=COLORS[k], ms=5, ls="")
+        for i, share in enumerate(sorted({level_target(target, lv) for lv in levels} - {None})):
+            ax.axhline(share, color="black", ls="--", lw=0.8, label=None if i else "targets")
+        ax.set_title(split.replace("_", " "))
+        finish_curve_axis(ax, x, CURVE_X[x] + " (grey: RL)")
     axes[0].set_ylabel("greedy success")
-    axes[-1].legend(fontsize=7, loc="lower right")
+    if axes[-1].get_legend_handles_labels()[0]:
+        axes[-1].legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
 
 
+def finish_curve_axis(ax, x: str, label: str) -> None:
+    ax.set_xlabel(label)
+    if x == "budget":
+        ax.xaxis.set_major_formatter(THOUSANDS)
+    ax.set_ylim(-0.03, 1.03)
+    ax.grid(alpha=0.3)
+
+
+def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", level: str = "level 3"):
+    """Every curve's greedy success on one split and level, against training seconds and against
+    demonstrations plus RL episodes, one line per curve: solid while it trains by SFT, dashed in RL;
+    confirmations as diamonds; the level's target dashed black."""
+    fig, axes = subplots(2, height=3.2, sharey=True)
+    targets = {level_target(lines[0].get("target") or {}, level) for lines in curves.values() if lines}
+    for ax, x in zip(axes, CURVE_X):
+        for k, (name, lines) in enumerate(curves.items()):
+            color = COLORS[k % 10]
+            for phase, style in (("sft", "-"), ("rl", "--")):
+                mine = phase_lines(lines, phase)
+                if phase == "rl" and mine:
+                    mine = phase_lines(lines, "sft")[-1:] + mine  # the dashed part starts where SFT ended
+                points = curve_points(mine, split, level, x=x)
+                if points:
+                    ax.plot(*zip(*points), color=color, ls=style, drawstyle="steps-post", lw=1.6,
+                            label=name if phase == "sft" else None)
+            confirm = curve_points(lines, split, level, "confirm", x)
+            ax.plot([p for p, _ in confirm], [s for _, s in confirm], "D", color=color, ms=5, ls="")
+        for share in targets - {None}:
+            ax.axhline(share, color="black", ls="--", lw=0.8, label="target")
+        finish_curve_axis(ax, x, CURVE_X[x])
+    for style, label in (("-", "SFT"), ("--", "RL")):
+        axes[0].plot([], [], color="grey", ls=style, label=label)
+    axes[0].plot([], [], "D", color="grey", ms=5, ls="", label="confirmed on more worlds")
+    axes[0].set_ylabel(f"{split.replace('_', ' ')}, {level}")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    rows = (len(curves) + 5) // 2  # the legend's rows: the curves, then the four keys
+    fig.tight_layout(rect=(0, min(0.05 * rows, 0.5), 1, 1))
+    return fig
+
+
+def total_steps(header: dict) -> int | None:
+    """The recipe's SFT plus RL steps, from the header's configuration (None if it has none)."""
+    cfg = header.get("config") or {}
+    try:
+        return cfg["sft"]["steps"] + cfg["algorithm"]["steps"]
+    except (KeyError, TypeError):
+        return None
+
+
 def crafting_curve_facts(lines: list[dict]) -> dict:
-    """Where one crafting curve stands: its settings, and when a confirmation first met the target (or how
-    far the curve has got without one)."""
-    header, body = lines[0], lines[1:]
-    met = next((line for line in body if line.get("kind") == "confirm" and line.get("target_met")), None)
-    last = body[-1] if body else {}
+    """Where one crafting curve stands: its settings; the first sample that met the target and the first
+    confirmation that did (step, training seconds, demonstrations + RL episodes), or how far the curve has
+    got without one; where RL took over; whether the run has finished (a confirmation met the target, or
+    one came after the recipe's last step) or the curve is partial."""
+    header = lines[0] if lines else {}
+    samples, confirms = evaluations(lines), evaluations(lines, "confirm")
+    met = next((line for line in confirms if line.get("target_met")), None)
+    sample_met = next((line for line in samples if line.get("target_met")), None)
+    body = sorted(samples + confirms, key=lambda line: line["step"])
+    last = body[-1] if body else None
+    end = total_steps(header)
+    ended = end is not None and any(line["step"] >= end for line in confirms)
+    sft = phase_lines(lines, "sft")
     return {"recipe": header.get("recipe"), "seed": header.get("seed"), "mask": header.get("candidate_mask"),
             "met_s": met["train_s"] if met else None, "met_step": met["step"] if met else None,
-            "confirmed_on": met["per_level"] if met else None, "last_s": last.get("train_s"),
-            "last_step": last.get("step"), "confirmed": any(line.get("kind") == "confirm" for line in body)}
+            "met_budget": curve_x(met, "budget") if met else None,
+            "confirmed_on": met["per_level"] if met else None,
+            "sample_met_step": sample_met["step"] if sample_met else None,
+            "last_s": last["train_s"] if last else None, "last_step": last["step"] if last else None,
+            "last_budget": curve_x(last, "budget") if last else None,
+            "rl_start_step": sft[-1]["step"] if rl_start(lines) is not None else None,
+            "confirmed": bool(confirms), "finished": met is not None or ended}
+
+
+def rl_change(lines: list[dict], split: str, level: str) -> dict | None:
+    """What RL changed on one split and level: the success at the end of SFT against the curve's last RL
+    sample (the same fixed worlds), each with its 95% interval, whether the intervals overlap, and the RL
+    steps and training seconds in between; None while the curve has no RL evaluation."""
+    sft, rl = phase_lines(lines, "sft"), phase_lines(lines, "rl")
+    if not sft or not rl or level not in sft[-1]["splits"].get(split, {}) \
+            or level not in rl[-1]["splits"].get(split, {}):
+        return None
+    before, after = sft[-1]["splits"][split][level], rl[-1]["splits"][split][level]
+    return {"before": before, "after": after, "steps": rl[-1]["step"] - sft[-1]["step"],
+            "seconds": rl[-1]["train_s"] - sft[-1]["train_s"],
+            "overlap": not interval_above(after, before) and not interval_above(before, after)}
+
+
+def first_to_target(curves: dict[str, list[dict]], x: str = "train_s") -> tuple[str, float] | None:
+    """The curve whose confirmation met the target first on the axis ``x`` ("train_s" or "budget"), and
+    where; None while no curve has."""
+    key = {"train_s": "met_s", "budget": "met_budget"}[x]
+    met = [(f[key], name) for name, f in ((n, crafting_curve_facts(c)) for n, c in curves.items())
+           if f[key] is not None]
+    return (min(met)[1], min(met)[0]) if met else None
+
+
+def curve_sentence(name: str, lines: list[dict]) -> str:
+    """Where one crafting curve stands, in a sentence built from :func:`crafting_curve_facts`."""
+    f = crafting_curve_facts(lines)
+    how = (f"`{name}` ({f['recipe']}, seed {f['seed']}, "
+           f"{'with' if f['mask'] else 'without'} the candidate mask)")
+    if f["last_s"] is None:
+        return f"{how} has no evaluation yet."
+    if f["met_s"] is not None:
+        return (f"{how} met the crafting target after {f['met_s']:.0f} s of training (step {f['met_step']}, "
+                f"{f['met_budget']:,} demonstrations and RL episodes), confirmed on {f['confirmed_on']} "
+                "worlds per level.")
+    state = "the run ended without meeting it" if f["finished"] else "the curve is partial"
+    return (f"{how} has not met the target by {f['last_s']:.0f} s of training (step {f['last_step']}, "
+            f"{f['last_budget']:,} demonstrations and RL episodes); {state}.")
+
+
+def interval_text(r: dict) -> str:
+    return f"{r['success']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+
+
+def rl_sentence(lines: list[dict], level: str = "level 3") -> str:
+    """What RL changed at ``level`` on each split against the end of SFT (:func:`rl_change`), and whether the
+    95% intervals tell the two apart, in a sentence."""
+    splits, _ = curve_levels(lines)
+    changes = {s: c for s in splits if (c := rl_change(lines, s, level))}
+    if not changes:
+        ended = crafting_curve_facts(lines)["finished"]
+        return "It ended before any RL step." if ended else "It has no RL evaluation yet."
+    first = next(iter(changes.values()))
+    moves = "; ".join(f"{s.replace('_', ' ')} {interval_text(c['before'])} → {interval_text(c['after'])}"
+                      for s, c in changes.items())
+    apart = [s.replace("_", " ") + (" up" if c["after"]["success"] > c["before"]["success"] else " down")
+             for s, c in changes.items() if not c["overlap"]]
+    verdict = (f"the intervals do not overlap on {', '.join(apart)}" if apart else
+               "the intervals overlap on every split: no change this sample can tell apart")
+    return (f"Its {first['steps']} RL steps ({first['seconds']:.0f} s of training) took {level} success from "
+            f"the end of SFT to its last RL evaluation, on the same {first['after']['n']} worlds per level: "
+            f"{moves}; {verdict}.")
