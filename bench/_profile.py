@@ -85,13 +85,14 @@ def throughput(profile: dict, flops_per_token: float, peak_gflops: float) -> dic
             "train_gflops": achieved, "share_of_matmul_peak": achieved / peak_gflops}
 
 
-def format_profile(name: str, profile: dict, rates: dict | None = None) -> str:
-    """One line per phase group: its steps, seconds, the share of each phase, and the rates."""
+def format_profile(name: str, profile: dict, rates: dict | None = None, peak_dtype: str = "float32") -> str:
+    """One line per phase group: its steps, seconds, the share of each phase, and the rates (their share of
+    the ``peak_dtype`` matmul peak)."""
     line = f"  {name}: {profile['steps']} steps, {profile['seconds']:.0f} s ({format_shares(profile['shares'])})"
     if rates:
         sampled = rates["rollout_tokens_per_s"]
         line += (f"\n    {rates['train_tokens_per_s']:.0f} tokens/s forward+backward"
                  + (f", {sampled:.0f} tokens/s sampled" if sampled == sampled else "")
-                 + f"; {rates['train_gflops']:.1f} GFLOP/s, {rates['share_of_matmul_peak']:.0%} of the float32 "
-                 "matmul peak")
+                 + f"; {rates['train_gflops']:.1f} GFLOP/s, {rates['share_of_matmul_peak']:.0%} of the "
+                 f"{peak_dtype} matmul peak")
     return line

@@ -9,20 +9,25 @@ measures two pieces of the crafting recipe (``agent_lab.recipes``):
   (``bench/results/crafting-full/``), so the transcripts are as long as late in a real run.
 
 For each piece: its seconds, each phase's share (the trainer's ``time_<phase>_s``), tokens per second of the
-forward and backward passes and of sampling, the GFLOP/s of the passes as a share of the float32 matmul peak
-measured in the same run, and the resident-memory high-water mark (Linux ``VmHWM``, reset at the start of the
-piece). The arms: ``recipe`` (the recipe as it is); ``keep-rows`` (the recipe before the sampler dropped
-finished episodes from its cache and the RL update took micro-batches of 16: its rollouts run every row to the
-end, its micro-batches hold 32 episodes); ``whole-batch`` (the RL update on the whole batch of 128 episodes at
-once, and the C allocator's freed memory never handed back: the recipe before it took micro-batches and the
-trainer trimmed the heap).
+forward and backward passes and of sampling, the GFLOP/s of the passes as a share of the matmul peak measured
+in the same run in the dtype the arm computed in (float32, or bfloat16 under autocast), and the
+resident-memory high-water mark (Linux ``VmHWM``, reset at the start of the piece). The arms: ``recipe`` (the
+recipe as it is); ``keep-rows`` (the recipe before the sampler dropped finished episodes from its cache and
+the RL update took micro-batches of 16: its rollouts run every row to the end, its micro-batches hold 32
+episodes); ``whole-batch`` (the RL update on the whole batch of 128 episodes at once, and the C allocator's
+freed memory never handed back: the recipe before it took micro-batches and the trainer trimmed the heap);
+``bf16`` (the recipe with ``cpu_bf16``: bfloat16 autocast where the CPU has fast bf16, else float32, as the
+arm records); ``sft-whole`` (the recipe's SFT step on its whole batch of demonstrations, not in micro-batches
+of 16; its RL piece is the recipe's); ``bf16-sft-whole`` (both).
 
-Figures are printed and written to ``bench/results/bench_crafting_profile.json``.
+Figures are printed and written to ``bench/results/bench_crafting_profile.json``, section ``profile`` (or
+``--section``'s name, so that a short run beside the committed one keeps it).
 
 ``--tiny`` runs the same arms with a tiny policy, its RL piece from random weights rather than the committed
 policy, into section ``tiny``: every code path in seconds (what the tests do).
 
-Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15] [--repeats 1]``
+Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15] [--repeats 1] [--arms ...]
+[--section NAME]``
 """
 
 from __future__ import annotations
@@ -37,11 +42,14 @@ from _arms import add_child_options, run_fresh, write_result
 from _profile import format_profile, matmul_peak, peak_memory, throughput, train_flops_per_token
 from _results import RESULTS, save_section
 
+from agent_lab.device import autocast_dtype, pick_device
 from agent_lab.diagnostics import time_profile
 
 POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
 ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows": True},
-        "whole-batch": {"micro_batch_size": 0, "keep_finished_rows": True, "keep_freed_memory": True}}
+        "whole-batch": {"micro_batch_size": 0, "keep_finished_rows": True, "keep_freed_memory": True},
+        "bf16": {"cpu_bf16": True}, "sft-whole": {"sft_whole_batch": True},
+        "bf16-sft-whole": {"cpu_bf16": True, "sft_whole_batch": True}}
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "sft_batch_size": 4, "batch_size": 8, "group_size": 4}
 TINY_EVAL_SIZE = 4  # evaluation worlds per level with --tiny
 
@@ -56,7 +64,10 @@ def _piece(name: str, run, sft: bool) -> dict:
     per_step = (cfg.sft.batch_size if sft else  # episodes through forward and backward, every epoch counted
                 cfg.algorithm.batch_size * cfg.algorithm.build(max_tokens=1).epochs)
     context = profile["train_tokens"] / (per_step * len(rows)) / 2  # mean earlier tokens a token attends to
-    return {"piece": name, "peak_gb": mem["peak_gb"], "profile": profile,
+    # the dtype the run computed in, as the trainer chose it
+    dtype, precision = autocast_dtype(pick_device(cfg.run.device), cfg.run.bf16, cfg.run.cpu_bf16)
+    return {"piece": name, "peak_gb": mem["peak_gb"], "profile": profile, "precision": precision,
+            "dtype": str(dtype or "torch.float32").removeprefix("torch."),
             "flops_per_token": train_flops_per_token(result.policy, context)}
 
 
@@ -71,9 +82,11 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False
         trainer.HeapTrimmer.__call__ = lambda self, step_s: False
     if settings.pop("keep_finished_rows", False):  # every row through every cached step, as before
         rollout._Rollout._step_running = lambda self, ids, valid, pos: self.policy.step(ids, valid, self.cache, pos)
+    # micro_batch_size applies to SFT and RL steps alike: this arm turns it off for the SFT piece only
+    sft_whole = {"micro_batch_size": 0} if settings.pop("sft_whole_batch", False) else {}
     decay = max(1, sft_steps // 4)
     sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
-                     sft_lr_decay_steps=decay, steps=1, **settings)
+                     sft_lr_decay_steps=decay, steps=1, **settings, **sft_whole)
     rl_cfg = recipe("crafting-full", steps=rl_steps, **settings)
     if tiny:  # a tiny policy has not the committed one's shape: its RL piece starts from random weights
         sft_cfg = sft_cfg.replace(env_options={**sft_cfg.env_options, "eval_size": TINY_EVAL_SIZE})
@@ -106,6 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                    help="a tiny policy: every code path in seconds (the tests)")
     add_child_options(p, choices=list(ARMS))
     p.add_argument("--results", type=Path, default=RESULTS / "bench_crafting_profile.json")
+    p.add_argument("--section", help="the results' section to write (default: profile, or tiny with --tiny)")
     args = p.parse_args(argv)
     if args.child:
         child(args.child, args.sft_steps, args.rl_steps, args.out, args.tiny)
@@ -116,39 +130,47 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     peaks = {f"{dtype}, {n} thread{'s' * (n > 1)}": matmul_peak(n, dtype)
              for dtype in ("float32", "bfloat16") for n in sorted({1, threads})}
     print("matmul peak (1024 x 1024), GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
-    fp32 = peaks[f"float32, {threads} thread{'s' * (threads > 1)}"]
     rows = []
     for rep in range(args.repeats):
         for arm in args.arms:
             print(f"\n{arm} (round {rep + 1}):", flush=True)
             for piece in run_arm(arm, args):
-                rates = throughput(piece["profile"], piece["flops_per_token"], fp32)
-                print(format_profile(piece["piece"], piece["profile"], rates))
-                print(f"    peak resident memory {piece['peak_gb']:.2f} GB")
+                # the passes' share of the peak of the dtype they ran in (bfloat16 where the arm autocast)
+                peak = peaks[f"{piece['dtype']}, {threads} thread{'s' * (threads > 1)}"]
+                rates = throughput(piece["profile"], piece["flops_per_token"], peak)
+                print(format_profile(piece["piece"], piece["profile"], rates, piece["dtype"]))
+                print(f"    peak resident memory {piece['peak_gb']:.2f} GB; precision: {piece['precision']}")
                 rows.append({"arm": arm, "round": rep + 1, "piece": piece["piece"], "peak_gb": piece["peak_gb"],
                              "steps": piece["profile"]["steps"], "seconds": piece["profile"]["seconds"],
                              "s_per_step": piece["profile"]["seconds"] / piece["profile"]["steps"],
-                             "shares": piece["profile"]["shares"], **rates})
+                             "shares": piece["profile"]["shares"], "precision": piece["precision"],
+                             "peak_dtype": piece["dtype"], **rates})
     _print_ratios(rows)
     saved = [{"matmul_peak_gflops": peaks, "threads": threads, "sft_steps": args.sft_steps,
               "rl_steps": args.rl_steps, "arms": rows}]
-    section = "tiny" if args.tiny else "profile"
+    section = args.section or ("tiny" if args.tiny else "profile")
     save_section(args.results, section, saved, " ".join(["python bench/bench_crafting_profile.py", *argv]))
     return {section: saved}
 
 
+#: What _print_ratios compares, and its label.
+RATIOS = {"peak_gb": "peak memory (GB)", "s_per_step": "seconds per step",
+          "train_tokens_per_s": "tokens/s forward+backward", "rollout_tokens_per_s": "tokens/s sampled"}
+
+
 def _print_ratios(rows: list[dict]) -> None:
-    """The recipe against each other arm, per piece: peak memory and seconds per step (medians of rounds)."""
+    """The recipe against each other arm, per piece: peak memory, seconds per step and tokens per second of
+    the passes and (RL) of sampling, each as recipe / arm (medians of rounds)."""
     for piece in ("SFT", "RL"):
+        keys = [k for k in RATIOS if piece == "RL" or k != "rollout_tokens_per_s"]
         med = {arm: {k: statistics.median(r[k] for r in rows if r["arm"] == arm and r["piece"] == piece)
-                     for k in ("peak_gb", "s_per_step")}
+                     for k in keys}
                for arm in ARMS if any(r["arm"] == arm and r["piece"] == piece for r in rows)}
         a = med.get("recipe")
         for other, b in med.items():
             if a is not None and other != "recipe":
-                print(f"{piece}: recipe / {other}: peak memory {a['peak_gb']:.2f} / {b['peak_gb']:.2f} GB "
-                      f"({a['peak_gb'] / b['peak_gb']:.2f}x), seconds per step {a['s_per_step']:.2f} / "
-                      f"{b['s_per_step']:.2f} ({a['s_per_step'] / b['s_per_step']:.2f}x)")
+                print(f"{piece}: recipe / {other}: " + "; ".join(
+                    f"{RATIOS[k]} {a[k]:.2f} / {b[k]:.2f} ({a[k] / b[k]:.2f}x)" for k in keys))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 from conftest import tiny_policy
 from test_benches import _load, as_saved
 
+from agent_lab.device import cpu_fast_bf16
 from agent_lab.diagnostics import format_shares, time_profile, time_summary
 from agent_lab.policy import WordTokenizer
 
@@ -70,12 +71,20 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 
 @pytest.mark.slow
 def test_the_crafting_profile_bench_runs_every_arm_and_saves_them(tmp_path, capsys):
-    got = _load("bench_crafting_profile").main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--results",
-                                                str(tmp_path / "p.json")])
+    bench = _load("bench_crafting_profile")
+    # every setting an arm changes, in four arms: bf16-sft-whole has those of bf16 and of sft-whole
+    arms = ["recipe", "keep-rows", "whole-batch", "bf16-sft-whole"]
+    assert {k for a in bench.ARMS for k in bench.ARMS[a]} == {k for a in arms for k in bench.ARMS[a]}
+    got = bench.main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--arms", *arms,
+                      "--results", str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert "recipe / whole-batch" in out and "recipe / keep-rows" in out and "matmul peak" in out
     saved = json.loads((tmp_path / "p.json").read_text())["sections"]["tiny"]["rows"][0]
     assert list(got) == ["tiny"] and as_saved(got["tiny"]) == [saved]
     assert {(r["arm"], r["piece"], r["steps"]) for r in saved["arms"]} == {
-        (arm, piece, steps) for arm in ("recipe", "keep-rows", "whole-batch")
-        for piece, steps in (("SFT", 4), ("RL", 1))}
+        (arm, piece, steps) for arm in arms for piece, steps in (("SFT", 4), ("RL", 1))}
+    # the bf16 arms autocast where this CPU has fast bf16 and say so; their shares are of that dtype's peak
+    fast = cpu_fast_bf16() is not None
+    for r in saved["arms"]:
+        assert r["peak_dtype"] == ("bfloat16" if fast and "bf16" in r["arm"] else "float32"), r
+        assert r["precision"].startswith("bfloat16" if r["peak_dtype"] == "bfloat16" else "float32"), r

