@@ -297,7 +297,10 @@ def test_the_crafting_curve_figures_draw_every_curve_partial_or_with_rl_at_the_b
     fig = rf.compare_curves_figure({"a": CURVE, "partial": CURVE[:3], "rl": rl})
     assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert labels[:3] == ["a", "partial", "rl"] and {"SFT", "RL", "target"} <= set(labels)
+    assert labels[:3] == ["a (mask)", "partial (mask)", "rl (mask)"]
+    assert {"SFT", "RL", "target"} <= set(labels)
+    unmasked = [dict(HEADER, candidate_mask=False), *CURVE[1:]]
+    assert rf.curve_label("u", unmasked) == "u (no mask)" and rf.curve_label("h", [{}]) == "h"
     dashed = [line for line in fig.axes[0].get_lines()
               if line.get_linestyle() == "--" and len(line.get_xdata())]
     assert len(dashed) == 2 + 1, "each curve with RL draws its RL part dashed (and the target is dashed)"

@@ -639,6 +639,12 @@ def finish_curve_axis(ax, x: str, label: str) -> None:
     ax.grid(alpha=0.3)
 
 
+def curve_label(name: str, lines: list[dict]) -> str:
+    """A curve's name and how it decodes (the setting it trains in): with the candidate mask or without."""
+    mask = (lines[0].get("candidate_mask") if lines else None)
+    return name if mask is None else f"{name} ({'mask' if mask else 'no mask'})"
+
+
 def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", level: str = "level 3"):
     """Every curve's greedy success on one split and level, against training seconds and against
     demonstrations plus RL episodes, one line per curve: solid while it trains by SFT, dashed in RL;
@@ -655,7 +661,7 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
                 points = curve_points(mine, split, level, x=x)
                 if points:
                     ax.plot(*zip(*points), color=color, ls=style, drawstyle="steps-post", lw=1.6,
-                            label=name if phase == "sft" else None)
+                            label=curve_label(name, lines) if phase == "sft" else None)
             confirm = curve_points(lines, split, level, "confirm", x)
             ax.plot([p for p, _ in confirm], [s for _, s in confirm], "D", color=color, ms=5, ls="")
         for share in targets - {None}:
