@@ -5,6 +5,8 @@ its mask-free path and its outputs, whatever prompt lengths it is handed."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from agent_lab.checkpoints import load_checkpoint
 from agent_lab.config import ModelConfig
 from agent_lab.envs import make_env
 from agent_lab.policy import WordTokenizer
+from agent_lab.policy.model import prompt_arguments
 from agent_lab.policy.packing import packed_logits
 from agent_lab.recipes import recipe
 from agent_lab.rollout import RolloutBatch, SamplingConfig, collect_rollouts, demonstration_batch
@@ -134,6 +137,16 @@ def test_a_causal_policy_keeps_its_mask_free_path_and_its_outputs(tok, monkeypat
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
     assert torch.equal(model(ids, prompt_lengths=torch.tensor([PROMPT, 3])), plain)
     assert masks and all(m is None for m in masks), "a causal policy builds no attention mask"
+
+
+def test_only_a_prefix_lm_is_handed_prompt_lengths_also_inside_a_wrapper(tok):
+    # a causal policy, or a plain model without a config, is called exactly as before; a DDP wrapper keeps its
+    # policy in .module
+    lengths = torch.tensor([PROMPT])
+    prefix = tiny_policy(tok, prompt_attention="bidirectional")
+    assert prompt_arguments(prefix, lengths) == prompt_arguments(SimpleNamespace(module=prefix), lengths)
+    assert prompt_arguments(prefix, lengths)["prompt_lengths"] is lengths
+    assert prompt_arguments(tiny_policy(tok), lengths) == {} == prompt_arguments(torch.nn.Identity(), lengths)
 
 
 def test_greedy_continuations_of_a_prefix_lm_read_only_the_episodes_prompt_as_its_prompt():
