@@ -75,6 +75,7 @@ class ResumedEpisodes:
         self.max_turns = int(self.envs[0].max_turns)
         self.max_action_words = int(self.envs[0].max_action_words)
         self.prompts = [history_text(episode_logs[i], t) for i, t in rows]
+        self.firsts = [episode_logs[i]["prompt"] for i, _ in rows]
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -84,6 +85,11 @@ class ResumedEpisodes:
         if len(tasks) != len(self):
             raise ValueError(f"resumed episodes hold {len(self)} rows, got {len(tasks)} tasks")
         return list(self.prompts)
+
+    def episode_prompts(self) -> list[str]:
+        """Each row's episode prompt, the start of its history: a prefix-LM policy reads only that part as its
+        prompt (``ModelConfig.prompt_attention``), as in the episode itself."""
+        return list(self.firsts)
 
     def _split(self, values: list) -> list[list]:
         parts: list[list] = [[None] * e.batch_size for e in self.envs]

@@ -41,6 +41,8 @@ __all__ = ["TrainConfig", "ModelConfig", "SamplingConfig", "SFTConfig", "Algorit
 DEVICE_CHOICES = ("auto", "cuda", "mps", "cpu")
 #: Position encodings of the policy (agent_lab.policy.model).
 POSITIONS = ("learned", "rope")
+#: How the policy's prompt tokens attend (agent_lab.policy.model): causally, or to the whole prompt.
+PROMPT_ATTENTION = ("causal", "bidirectional")
 
 
 def setting(default: Any = MISSING, help: str = "", *, flat: str | bool = True, off: Any = MISSING,
@@ -83,6 +85,10 @@ class ModelConfig:
     dropout: float = setting(0.0, "dropout probability", flat=False)
     positions: str = setting("learned", "learned | rope: position embeddings (GPT-2) or rotary (attention "
                                         "sees offsets)")
+    prompt_attention: str = setting("causal", "causal | bidirectional: the prompt's tokens (<bos>, the first "
+                                              "observation, its newline) attend to each other in both "
+                                              "directions, as in a prefix-LM; every later token attends "
+                                              "causally")
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
@@ -97,6 +103,9 @@ class ModelConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.positions not in POSITIONS:
             raise ValueError(f"positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.prompt_attention not in PROMPT_ATTENTION:
+            raise ValueError(f"prompt_attention must be one of {PROMPT_ATTENTION}, got "
+                             f"{self.prompt_attention!r}")
         if self.positions == "rope" and (self.d_model // self.n_heads) % 2:
             raise ValueError(f"rotary positions need an even head size, got d_model/n_heads = "
                              f"{self.d_model // self.n_heads}")

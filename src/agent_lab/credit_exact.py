@@ -110,7 +110,9 @@ def lm_policy(model, tokenizer, n: int = 16, k: int = 4, temperature: float = 1.
         width = max(len(r) for r in rows)
         ids = torch.tensor([r + [tok.pad_id] * (width - len(r)) for r in rows], device=device)
         mask = ids != tok.pad_id
-        logits = model(ids, mask)[torch.arange(len(rows), device=device), mask.sum(1) - 1][:, number_ids]
+        prompt_lengths = torch.full((len(rows),), len(tok.encode(prompt)) + 2, device=device)  # <bos>, <nl>
+        logits = model(ids, mask, prompt_lengths=prompt_lengths)[torch.arange(len(rows), device=device),
+                                                                 mask.sum(1) - 1][:, number_ids]
         for h, z in zip(part, logits.double().cpu()):
             lo, hi = candidates_after(h, n)
             p = torch.softmax(z[lo - 1:hi] / temperature, dim=0).tolist()

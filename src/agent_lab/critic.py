@@ -107,7 +107,8 @@ def policy_features(policy, batch) -> tuple[Tensor, Tensor]:
     ``[B, T, d]`` (:func:`decision_states`), and after the last turn, ``[B, d]``: the last real position, which
     has read the whole episode, where the next turn's decision would be made (the bootstrap of a cut row).
     Computed with the policy's gradient; call it under ``torch.no_grad()`` for a separate critic."""
-    hidden = policy.hidden_states(batch.input_ids, batch.attention_mask)
+    hidden = policy.hidden_states(batch.input_ids, batch.attention_mask,
+                                  prompt_lengths=getattr(batch, "prompt_lengths", None))
     last = batch.attention_mask.long().sum(-1) - 1
     after = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     return decision_states(hidden, batch.turn_ids, batch.rewards.shape[1]), after

@@ -71,9 +71,10 @@ def describe_run(run: Any, phases: tuple[str, ...]) -> str:
     """The exact loss and settings of the run, as printed at its start and saved to loss.txt."""
     cfg, m, s = run.cfg, run.cfg.model, run.cfg.sampling
     options = f" {cfg.env_options}" if cfg.env_options else ""
+    prefix_lm = "" if m.prompt_attention == "causal" else f" prompt_attention={m.prompt_attention}"
     lines = [f"agent-lab train: env={cfg.env}{options} seed={cfg.seed}",
              f"policy: decoder-only transformer d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} "
-             f"positions={m.positions} ({run.model.num_parameters()} parameters)",
+             f"positions={m.positions}{prefix_lm} ({run.model.num_parameters()} parameters)",
              f"sampling: temperature={s.temperature} top_p={s.top_p} candidate_mask={s.candidate_mask} "
              "(behaviour log-probs recorded under this transform)"]
     if "sft" in phases and cfg.sft.steps:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from agent_lab.config import SamplingConfig
 from agent_lab.envs.base import OPEN_ENDED
 from agent_lab.policy import TinyTransformer, WordTokenizer
+from agent_lab.policy.model import prompt_arguments
 from agent_lab.timing import span
 
 
@@ -108,11 +109,15 @@ class RolloutBatch:
     #: [B, T, K] float: returns of K continuations from the saved state before each turn, NaN at padded turns;
     #: only for an algorithm whose advantages branch (``Algorithm.continuations``; ``agent_lab.branching``)
     continuation_returns: torch.Tensor | None = None
+    #: [B] long: tokens of each transcript's prompt (``<bos>``, the first observation, its newline), which a
+    #: "bidirectional" policy reads as a prefix-LM (ModelConfig.prompt_attention); None where not recorded
+    prompt_lengths: torch.Tensor | None = None
 
     _TENSORS = (
         "input_ids", "attention_mask", "action_mask", "old_logprobs", "turn_ids", "allowed_tokens",
         "rewards", "turn_mask", "success", "episode_return", "num_turns", "truncated", "policy_version",
     )
+    _OPTIONAL = ("continuation_returns", "prompt_lengths")  # per-row tensors that a batch may lack
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -126,8 +131,9 @@ class RolloutBatch:
         kw = {f.name: getattr(self, f.name) for f in fields(self)}
         for n in self._TENSORS:
             kw[n] = kw[n].to(device)
-        if self.continuation_returns is not None:
-            kw["continuation_returns"] = self.continuation_returns.to(device)
+        for n in self._OPTIONAL:
+            if kw[n] is not None:
+                kw[n] = kw[n].to(device)
         return RolloutBatch(**kw)
 
     def select(self, index) -> RolloutBatch:
@@ -139,8 +145,9 @@ class RolloutBatch:
         kw: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         for n in self._TENSORS:
             kw[n] = kw[n][idx]
-        if self.continuation_returns is not None:
-            kw["continuation_returns"] = self.continuation_returns[idx]
+        for n in self._OPTIONAL:
+            if kw[n] is not None:
+                kw[n] = kw[n][idx.to(kw[n].device)]
         il = idx.tolist()
         for n in ("tasks", "episode_logs", "texts"):
             kw[n] = [kw[n][i] for i in il] if kw[n] else []
@@ -180,6 +187,10 @@ class RolloutBatch:
                 raise ValueError("cannot concatenate batches with and without continuation returns")
             out["continuation_returns"] = torch.cat([pad(b.continuation_returns, T, float("nan"))
                                                      for b in batches])
+        if any(b.prompt_lengths is not None for b in batches):
+            if any(b.prompt_lengths is None for b in batches):
+                raise ValueError("cannot concatenate batches with and without prompt lengths")
+            out["prompt_lengths"] = torch.cat([b.prompt_lengths for b in batches])
         return RolloutBatch(**out)
 
 
@@ -316,6 +327,10 @@ class _Rollout:
         with span("environment"):
             prompts = env.reset(tasks)
         self.pending: list[list[int]] = [[tok.bos_id] + tok.encode(p) + [tok.nl_id] for p in prompts]
+        # A resumed episode's prompt is its whole history, but the policy read only the episode's own prompt
+        # as one (agent_lab.branching): attend as it did then.
+        firsts = env.episode_prompts() if hasattr(env, "episode_prompts") else prompts
+        self.prompt_lengths = torch.tensor([len(tok.encode(p)) + 2 for p in firsts], device=self.device)
         # The context window: a turn needs room for its observation, max_words action words and their newline.
         longest = max(len(p) for p in self.pending)
         if longest + self.max_words + 1 > self.max_len:
@@ -342,7 +357,7 @@ class _Rollout:
             if self.use_cache:
                 logits = self._step_running(ids, valid, pos)
             else:  # reference path: rebuild the compacted prefix and run the full model
-                logits = _recompute_logits(self.policy, self.records, valid)
+                logits = _recompute_logits(self.policy, self.records, valid, self.prompt_lengths)
         self.n_pos = self.n_pos + valid.long().sum(1)
         return logits.float()
 
@@ -357,7 +372,9 @@ class _Rollout:
         rows = self.rows
         out = torch.zeros(*ids.shape, self.V, device=self.device)
         if len(rows):
-            out[rows] = self.policy.step(ids[rows], valid[rows], self.cache, pos[rows]).to(out.dtype)
+            first = self.cache.length == 0  # the first chunk holds the prompts
+            kw = prompt_arguments(self.policy, self.prompt_lengths[rows]) if first else {}
+            out[rows] = self.policy.step(ids[rows], valid[rows], self.cache, pos[rows], **kw).to(out.dtype)
         return out
 
     def ingest(self, run_model: bool = True) -> torch.Tensor | None:
@@ -460,6 +477,7 @@ class _Rollout:
             policy_version=torch.full((B,), int(policy_version), device=device), tasks=list(tasks),
             episode_logs=logs, texts=[self.tok.decode(row[m].tolist()) for row, m in zip(input_ids.cpu(), am.cpu())],
             temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+            prompt_lengths=self.prompt_lengths,
         )
 
 
@@ -484,7 +502,8 @@ def _compact(ids, valid, act, lp, turn, allowed, pad_id) -> dict:
     return out
 
 
-def _recompute_logits(policy, records: list[tuple[torch.Tensor, ...]], valid: torch.Tensor) -> torch.Tensor:
+def _recompute_logits(policy, records: list[tuple[torch.Tensor, ...]], valid: torch.Tensor,
+                      prompt_lengths: torch.Tensor) -> torch.Tensor:
     """No-cache reference: run the full model over each row's compacted transcript so far (the records
     already end with the new chunk, whose validity is ``valid [B, k]``) and return the chunk's logits
     ``[B, k, V]`` (padding slots get the logits of the row's preceding token; they are unused)."""
@@ -494,7 +513,7 @@ def _recompute_logits(policy, records: list[tuple[torch.Tensor, ...]], valid: to
     L = int(n.max())
     order = torch.argsort((~all_valid).to(torch.int8), dim=1, stable=True)[:, :L]
     am = torch.arange(L, device=all_ids.device)[None] < n[:, None]
-    logits = policy(all_ids.gather(1, order), am)  # (B, L, V)
+    logits = policy(all_ids.gather(1, order), am, **prompt_arguments(policy, prompt_lengths))  # (B, L, V)
     # position of each new slot in the compacted row: real tokens before it
     n_before = n - valid.sum(1)
     pos = (n_before[:, None] + valid.long().cumsum(1) - 1).clamp(min=0)
@@ -544,6 +563,7 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
         truncated=torch.zeros(B, dtype=torch.bool), policy_version=torch.full((B,), -1, dtype=torch.long),
         tasks=list(tasks), episode_logs=env.episode_logs() if hasattr(env, "episode_logs") else [],
         texts=[tok.decode(r[m].tolist()) for r, m in zip(input_ids, am)],
+        prompt_lengths=torch.tensor([r[4] for r in rows], dtype=torch.long),
     )
     return batch.to(device)
 
@@ -565,7 +585,8 @@ def _replay_demonstrations(env, tasks: list, demos: list) -> tuple[torch.Tensor,
 
 
 def _demonstration_rows(tok: WordTokenizer, demos: list, trained: list, max_words: int) -> list[tuple[list, ...]]:
-    """Per transcript: token ids, imitated?, turn id and forced-newline? of every token (unpadded lists)."""
+    """Per transcript: token ids, imitated?, turn id and forced-newline? of every token (unpadded lists), and
+    its prompt's length (``<bos>``, the first observation and its newline)."""
     rows = []
     for d, keep in zip(demos, trained):
         ids, act, turn, forced = [tok.bos_id], [False], [-1], [False]
@@ -576,5 +597,5 @@ def _demonstration_rows(tok: WordTokenizer, demos: list, trained: list, max_word
             act += [False] * len(o) + [keep[t]] * len(a)
             turn += [-1] * len(o) + [t if keep[t] else -1] * len(a)
             forced += [False] * len(o) + [j >= max_words for j in range(len(a))]
-        rows.append((ids, act, turn, forced))
+        rows.append((ids, act, turn, forced, len(tok.encode(d[0][0])) + 2 if d else 1))
     return rows

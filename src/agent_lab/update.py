@@ -46,6 +46,7 @@ from agent_lab.estimators.aggregation import aggregate, reduce_loss
 from agent_lab.estimators.logprobs import entropy_from_logits, kl_estimate, token_log_ratios, token_logprobs
 from agent_lab.estimators.policy_gradient import KL_OLD_NEW
 from agent_lab.estimators.statistics import effective_sample_size
+from agent_lab.policy.model import prompt_arguments
 from agent_lab.policy.packing import packed_logits
 from agent_lab.rollout import RolloutBatch, top_p_logprobs
 from agent_lab.timing import span
@@ -65,7 +66,8 @@ def policy_logits(model, batch: RolloutBatch, temperature: float) -> Tensor:
     Top-p truncation is *not* re-applied (it is not differentiable in the support): with ``top_p < 1`` the
     behaviour policy differs from the trained one, and PPO's ratio is what corrects for it. The pass runs on
     packed rows (:func:`~agent_lab.policy.packing.packed_logits`): same logits, less padding."""
-    out = packed_logits(model, batch.input_ids, batch.attention_mask)
+    prompt = prompt_arguments(model, batch.prompt_lengths)  # a prefix-LM's prompt lengths
+    out = packed_logits(model, batch.input_ids, batch.attention_mask, **prompt)
     V = batch.allowed_tokens.shape[-1]
     z = out[:, :-1, :V].to(torch.promote_types(out.dtype, torch.float32))  # bf16 -> float32; float64 stays
     return z.masked_fill(~batch.allowed_tokens, float("-inf")) / temperature

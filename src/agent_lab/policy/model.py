@@ -176,12 +176,14 @@ class TinyTransformer(nn.Module):
         return rotary(positions, self.cfg.d_model // self.cfg.n_heads) if self.cfg.positions == "rope" else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+                segment_ids: torch.Tensor | None = None,
+                prompt_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced logits ``[B, L, V]``: the output head on :meth:`hidden_states`."""
-        return self.head(self.hidden_states(input_ids, attention_mask, segment_ids))
+        return self.head(self.hidden_states(input_ids, attention_mask, segment_ids, prompt_lengths))
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                      segment_ids: torch.Tensor | None = None) -> torch.Tensor:
+                      segment_ids: torch.Tensor | None = None,
+                      prompt_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """The last layer's normalised states ``[B, L, d_model]`` for right-padded ``input_ids [B, L]`` (what the
         output head reads; a critic can read them too, :func:`agent_lab.critic.decision_states`).
 
@@ -192,37 +194,61 @@ class TinyTransformer(nn.Module):
         backward pass in every layer. ``segment_ids [B, L]`` packs several sequences into one row: a token
         attends only to earlier tokens of its own segment, positions restart at 0 in each, ``-1`` marks
         padding (see :mod:`agent_lab.policy.packing`).
+
+        ``prompt_lengths [N]`` (long) gives each sequence's prompt length: row ``b``'s without
+        ``segment_ids``, segment ``s``'s (``prompt_lengths[s]``) with them. A policy whose
+        ``prompt_attention`` is "bidirectional" needs it and lets the prompt's tokens attend to each other in
+        both directions; a causal policy ignores it and keeps the mask-free path.
         """
         B, L = input_ids.shape
-        idx = torch.arange(L, device=input_ids.device)
-        mask = None  # causal
         if segment_ids is not None:
-            causal = torch.ones(L, L, dtype=torch.bool, device=input_ids.device).tril()  # (L, L)
-            eye = torch.eye(L, dtype=torch.bool, device=input_ids.device)  # a padding query still sees itself
-            starts = torch.ones_like(segment_ids, dtype=torch.bool)
-            starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
-            pos = idx - torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values  # index in segment
-            same = segment_ids[:, :, None] == segment_ids[:, None, :]
-            mask = ((causal & same & (segment_ids >= 0)[:, None, :]) | eye)[:, None]  # (B, 1, L, L)
+            pos = segment_positions(segment_ids)
         else:
-            pos = idx.expand(B, L)
+            pos = torch.arange(L, device=input_ids.device).expand(B, L)
             if attention_mask is not None and bool((attention_mask[:, 1:] > attention_mask[:, :-1]).any()):
                 raise ValueError("attention_mask must be right padding (each row's real tokens first, then "
                                  "padding); pack sequences with segment_ids instead")
+        in_prompt = self._prompt_tokens(pos, segment_ids, prompt_lengths, attention_mask)
+        mask = None  # causal: no mask to build or save
+        if segment_ids is not None or in_prompt is not None:
+            mask = attention_rule(segment_ids, in_prompt, L)
         x, rot = self._embed(input_ids, pos), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
         return self.ln_f(x)
+
+    def _prompt_tokens(self, pos: torch.Tensor, segment_ids: torch.Tensor | None,
+                       prompt_lengths: torch.Tensor | None,
+                       attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """``[B, L]`` bool, True at each sequence's prompt tokens; None for a causal policy."""
+        if self.cfg.prompt_attention == "causal":
+            return None
+        n = pos.shape[0] if segment_ids is None else None
+        lengths = check_prompt_lengths(prompt_lengths, n, pos.device)
+        if segment_ids is None:
+            in_prompt = pos < lengths[:, None]
+            if attention_mask is not None and bool((in_prompt & ~attention_mask.bool()).any()):
+                raise ValueError("a prompt is longer than its row's real tokens (prompt_lengths > "
+                                 "attention_mask.sum(1))")
+            return in_prompt
+        if int(segment_ids.max()) >= len(lengths):
+            raise ValueError(f"segment id {int(segment_ids.max())} has no entry in prompt_lengths "
+                             f"({len(lengths)} entries): segment ids index prompt_lengths")
+        return (pos < lengths[segment_ids.clamp(min=0)]) & (segment_ids >= 0)
 
     def new_cache(self, batch: int, capacity: int = 64, dtype: torch.dtype | None = None) -> KVCache:
         p = self.tok_emb.weight
         hd = self.cfg.d_model // self.cfg.n_heads
         return KVCache(self.cfg.n_layers, batch, self.cfg.n_heads, hd, capacity, p.device, dtype or p.dtype)
 
-    def step(self, ids: torch.Tensor, valid: torch.Tensor, cache: KVCache, positions: torch.Tensor) -> torch.Tensor:
+    def step(self, ids: torch.Tensor, valid: torch.Tensor, cache: KVCache, positions: torch.Tensor,
+             prompt_lengths: torch.Tensor | None = None) -> torch.Tensor:
         """Incremental forward: ``ids [B, k]`` at ``positions [B, k]``; ``valid [B, k]`` False for padding.
 
-        Returns logits ``[B, k, V]``. New slot ``s+i`` may attend to slot ``j <= s+i`` if ``j`` is valid.
+        Returns logits ``[B, k, V]``. New slot ``s+i`` may attend to slot ``j <= s+i`` if ``j`` is valid. The
+        first call of a "bidirectional" policy feeds the prompts, right-padded, with their ``prompt_lengths
+        [B]``: slots ``i, j < prompt_lengths[b]`` of row ``b`` also see each other both ways, as in
+        :meth:`hidden_states`; the keys cached then are the ones the teacher-forced pass computes.
         """
         B, k = ids.shape
         cache.reserve(k)
@@ -231,6 +257,16 @@ class TinyTransformer(nn.Module):
         keys_valid = cache.valid[:, : s + k]  # (B, s+k)
         causal = torch.ones(k, s + k, dtype=torch.bool, device=ids.device).tril(diagonal=s)  # (k, s+k)
         mask = causal[None, None] & keys_valid[:, None, None, :]
+        if self.cfg.prompt_attention == "bidirectional" and (s == 0 or prompt_lengths is not None):
+            if s:
+                raise ValueError("prompt_lengths goes with the first step only (the prompt); this cache "
+                                 f"already holds {s} slots")
+            lengths = check_prompt_lengths(prompt_lengths, B, ids.device)
+            if bool((lengths > valid.sum(1)).any()):
+                raise ValueError("a prompt is longer than the tokens its row feeds: prompt_lengths "
+                                 f"{lengths.tolist()}, valid tokens {valid.sum(1).tolist()}")
+            in_prompt = torch.arange(k, device=ids.device) < lengths[:, None]  # (B, k)
+            mask = mask | (in_prompt[:, None, :, None] & in_prompt[:, None, None, :])
         # a padding query with no visible key would give NaN; let it see its own slot (its output is unused)
         own = torch.zeros(k, s + k, dtype=torch.bool, device=ids.device)
         own[torch.arange(k), s + torch.arange(k)] = True
@@ -241,3 +277,52 @@ class TinyTransformer(nn.Module):
             x = blk(x, mask, cache, i, rot)
         cache.length = s + k
         return self.head(self.ln_f(x))
+
+
+def prompt_arguments(model, prompt_lengths: torch.Tensor | None) -> dict:
+    """The keywords that give ``model`` (a :class:`TinyTransformer`, possibly wrapped in
+    DistributedDataParallel) the prompt lengths: ``{"prompt_lengths": ...}`` when its ``prompt_attention`` is
+    "bidirectional", else none, so that a causal policy, or any model with the plain ``forward(input_ids,
+    attention_mask, segment_ids)``, is called exactly as it always was."""
+    cfg = getattr(getattr(model, "module", model), "cfg", None)
+    causal = getattr(cfg, "prompt_attention", "causal") == "causal"
+    return {} if causal else {"prompt_lengths": prompt_lengths}
+
+
+def segment_positions(segment_ids: torch.Tensor) -> torch.Tensor:
+    """Each token's index within its segment ``[B, L]``: a segment starts wherever the id changes."""
+    idx = torch.arange(segment_ids.shape[1], device=segment_ids.device)
+    starts = torch.ones_like(segment_ids, dtype=torch.bool)
+    starts[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    return idx - torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values
+
+
+def attention_rule(segment_ids: torch.Tensor | None, in_prompt: torch.Tensor | None, L: int) -> torch.Tensor:
+    """Which keys each query may read, ``[B, 1, L, L]`` bool: earlier ones (causal), every token of its own
+    prompt when it is a prompt token (``in_prompt [B, L]``), and with ``segment_ids`` only its own segment's;
+    a padding query (segment ``-1``) still sees itself, so that its softmax has a key."""
+    device = (segment_ids if segment_ids is not None else in_prompt).device
+    allowed = torch.ones(L, L, dtype=torch.bool, device=device).tril()  # (L, L)
+    if in_prompt is not None:
+        allowed = allowed | (in_prompt[:, :, None] & in_prompt[:, None, :])  # (B, L, L)
+    if segment_ids is not None:
+        same = segment_ids[:, :, None] == segment_ids[:, None, :]
+        eye = torch.eye(L, dtype=torch.bool, device=device)
+        allowed = (allowed & same & (segment_ids >= 0)[:, None, :]) | eye
+    return allowed[:, None]  # (B, 1, L, L)
+
+
+def check_prompt_lengths(prompt_lengths: torch.Tensor | None, n: int | None, device) -> torch.Tensor:
+    """``prompt_lengths`` as a long tensor on ``device``, checked: 1-D, ``n`` entries (when given), none
+    negative. A "bidirectional" policy cannot run without it: it would not know where the prompt ends."""
+    if prompt_lengths is None:
+        raise ValueError("this policy's prompt_attention is 'bidirectional': pass prompt_lengths (each "
+                         "sequence's prompt length in tokens, e.g. RolloutBatch.prompt_lengths) to every "
+                         "forward pass")
+    lengths = torch.as_tensor(prompt_lengths, device=device)
+    if lengths.dim() != 1 or (n is not None and len(lengths) != n) or lengths.is_floating_point():
+        raise ValueError(f"prompt_lengths must be a 1-D integer tensor with one entry per sequence ({n}), "
+                         f"got shape {tuple(lengths.shape)} of {lengths.dtype}")
+    if bool((lengths < 0).any()):
+        raise ValueError(f"prompt_lengths must be >= 0, got {lengths.tolist()}")
+    return lengths.long()

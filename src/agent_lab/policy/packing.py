@@ -42,7 +42,8 @@ def packed_logits(model, input_ids: Tensor, attention_mask: Tensor, min_saving: 
 
     Logits at padding positions are 0 (they are masked out of every loss). Falls back to the plain pass
     when packing would save fewer than ``min_saving`` of the rows (number-search transcripts are all about
-    as long: 512 rows pack into 500, not worth the copying).
+    as long: 512 rows pack into 500, not worth the copying). Each packed segment's id is its original row,
+    so a prefix-LM's ``prompt_lengths [B]`` (in ``kwargs``) serves the packed pass and the plain one alike.
     """
     B, L = input_ids.shape
     am = attention_mask.bool()
