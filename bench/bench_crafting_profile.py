@@ -170,7 +170,7 @@ def _print_ratios(rows: list[dict]) -> None:
         for other, b in med.items():
             if a is not None and other != "recipe":
                 print(f"{piece}: recipe / {other}: " + "; ".join(
-                    f"{RATIOS[k]} {a[k]:.2f} / {b[k]:.2f} ({a[k] / b[k]:.2f}x)" for k in keys))
+                    f"{RATIOS[k]} {a[k]:.3g} / {b[k]:.3g} ({a[k] / b[k]:.2f}x)" for k in keys))
 
 
 if __name__ == "__main__":
