@@ -69,6 +69,7 @@ class CurveOptions:
     sample: int = 20  # worlds per level of each evaluation along the curve
     confirm: int = 200  # worlds per level of the confirmation
     overrides: dict = field(default_factory=dict)  # TrainConfig keywords on top of the recipe
+    branch_from: Path | None = None  # another curve's run folder, at the end of its SFT phase: RL starts there
 
     def folder(self) -> Path:
         default = Path.home() / "runs" / "crafting_curve" / f"{self.recipe}-seed{self.seed}"
@@ -98,7 +99,8 @@ def settings(opts: CurveOptions, cfg: TrainConfig) -> dict:
             "decoding": "greedy", "candidate_mask": cfg.sampling.candidate_mask, "splits": list(SPLITS),
             "sample_per_level": opts.sample, "confirm_per_level": opts.confirm, "every_sft": opts.every_sft,
             "every_rl": opts.every_rl, "torch_threads": opts.threads,
-            "python_hash_seed": os.environ.get("PYTHONHASHSEED")}
+            "python_hash_seed": os.environ.get("PYTHONHASHSEED"),
+            "branch_from": str(opts.branch_from) if opts.branch_from else None}
 
 
 def machine_record() -> dict:
@@ -194,17 +196,21 @@ def evaluate_and_save(run: T.Run, opts: CurveOptions) -> list[dict]:
 
 
 def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
-    """A fresh run, or the folder's run resumed from its checkpoint (refused if its settings differ)."""
+    """A fresh run, a branch of another curve's run (``--branch-from``), or the folder's run resumed from its
+    checkpoint (refused if its settings differ)."""
     cfg = curve_config(opts)
     folder = opts.folder()
     resume = (folder / "checkpoint.pt").exists()
-    run = T.start_run(cfg.replace(resume=resume), phases=("sft", "rl"))
-    if not resume:
+    if not resume and opts.branch_from:
+        run = branch(opts, cfg, argv)
+    else:
+        run = T.start_run(cfg.replace(resume=resume), phases=("sft", "rl"))
+    if not resume and not opts.branch_from:
         run.driver_state = {"header": header(opts, cfg, argv), "lines": [], "train_s": 0.0, "cpu_s": 0.0}
-    elif "header" not in run.driver_state:
+    elif resume and "header" not in run.driver_state:
         raise ValueError(f"{folder} holds a training run but no curve (this script did not start it): pass "
                          "another --run-dir")
-    else:
+    elif resume:
         saved, now = run.driver_state["header"], settings(opts, cfg)
         diff = sorted(k for k in now if saved.get(k) != now[k])
         if diff:
@@ -212,6 +218,37 @@ def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
                              "it with the arguments in its curve.jsonl header, or pass another --run-dir")
     with (folder / "sessions.jsonl").open("a") as f:
         f.write(json.dumps({**machine_record(), "from_step": run.step, "pid": os.getpid()}) + "\n")
+    return run
+
+
+def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
+    """A new curve that starts from another curve's checkpoint taken at the end of its SFT phase: the same
+    cold start (weights, optimizer, counters, clocks), then this recipe's RL settings (for example RL without
+    the candidate mask). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
+    stay in the source's curve, which the header names."""
+    source = Path(opts.branch_from) / "checkpoint.pt"
+    if not source.exists():
+        raise ValueError(f"--branch-from {opts.branch_from}: no checkpoint.pt there; pass the run folder of a "
+                         "crafting curve whose SFT phase has ended")
+    run = T.start_run(cfg, phases=("sft", "rl"), init=source)
+    parent = run.driver_state.get("header")
+    if parent is None or run.step != cfg.sft.steps:
+        raise ValueError(f"--branch-from {opts.branch_from}: its checkpoint is at step {run.step}, not at the "
+                         f"end of an SFT phase of {cfg.sft.steps} steps as a curve (set sft_steps to the "
+                         "source's and branch once its SFT phase has ended)")
+    mine = cfg.to_dict()
+    differs = [k for k in ("env", "env_options", "seed", "model", "sft")
+               if parent["config"].get(k) != mine.get(k)]
+    if differs:
+        raise ValueError(f"--branch-from {opts.branch_from}: the source trained another cold start "
+                         f"({', '.join(differs)} differ); give this curve the source's seed, SFT, model and "
+                         "environment settings")
+    run.driver_state = {"header": {**header(opts, cfg, argv), "parent": parent}, "lines": [],
+                        "train_s": run.driver_state["train_s"], "cpu_s": run.driver_state["cpu_s"]}
+    line = evaluation_line(run, "sample", opts.sample, run.step)
+    run.driver_state["lines"].append(line)
+    print(summary(line), flush=True)
+    T.save(run)
     return run
 
 
@@ -281,11 +318,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--confirm", type=int, default=d.confirm, help="worlds per level of the confirmation")
     p.add_argument("--set", type=parse_override, action="append", default=[], metavar="KEY=VALUE",
                    help="a TrainConfig keyword on top of the recipe (repeatable), e.g. --set sft_lr=2e-3")
+    p.add_argument("--branch-from", type=Path, default=None, metavar="RUN_DIR",
+                   help="start from another curve's run folder at the end of its SFT phase (same recipe, SFT, "
+                   "model and environment settings; other RL settings, e.g. --set candidate_mask=false)")
     a = p.parse_args(argv)
     if not os.environ.get("PYTHONHASHSEED"):  # string hashing orders sets: a resumed process must hash alike
         p.error("set PYTHONHASHSEED (make crafting-curve sets 0), so that a resumed run hashes as it did")
     opts = CurveOptions(a.recipe, a.seed, a.run_dir, a.threads, a.every_sft, a.every_rl, a.sample, a.confirm,
-                        dict(a.set))
+                        dict(a.set), a.branch_from)
     try:
         print(f"curve: {run_curve(opts, argv)}")
     except ValueError as e:  # a bad recipe, setting or folder: said in one line, before any training

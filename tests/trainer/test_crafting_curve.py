@@ -158,3 +158,26 @@ def test_evaluations_fall_every_n_steps_of_each_phase_and_at_each_phase_end():
         step = C.next_stop(step, sft_steps=7, total=12, every_sft=3, every_rl=2)
         stops.append(step)
     assert stops == [3, 6, 7, 9, 11, 12]
+
+
+def test_a_branch_starts_rl_from_another_curves_cold_start_and_evaluates_it_as_it_decodes(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    sft_only = {**TINY, "steps": 0}
+    C.run_curve(options(tmp_path / "sft", overrides=sft_only))
+    src = [json.loads(x) for x in (tmp_path / "sft" / "curve.jsonl").read_text().splitlines()]
+    unmasked = {**TINY, "candidate_mask": False}
+    path = C.run_curve(options(tmp_path / "rl", overrides=unmasked, branch_from=tmp_path / "sft"))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    head, first = lines[0], lines[1]
+    assert head["branch_from"] == str(tmp_path / "sft") and head["parent"]["overrides"] == sft_only
+    assert head["candidate_mask"] is False and src[0]["candidate_mask"] is True
+    # the branch's first line is the source's cold start, at the source's step and counts, decoded unmasked
+    start = (first["step"], first["demonstrations"], first["episodes"])
+    assert start == (TINY["sft_steps"], src[-1]["demonstrations"], 0)
+    assert first["train_s"] == pytest.approx(src[-1]["train_s"])
+    assert [x["phase"] for x in lines[2:]] == ["rl"] * (len(lines) - 2) and lines[-1]["episodes"] > 0
+    with pytest.raises(ValueError, match="another cold start"):
+        C.run_curve(options(tmp_path / "other", overrides={**TINY, "sft_lr": 1e-2},
+                            branch_from=tmp_path / "sft"))
+    with pytest.raises(ValueError, match="no checkpoint.pt there"):
+        C.run_curve(options(tmp_path / "none", overrides=unmasked, branch_from=tmp_path / "missing"))
