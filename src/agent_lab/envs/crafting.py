@@ -62,6 +62,8 @@ more often.
 Re-reading (``reread=True``): the prompt is shown twice, one copy after the other. The recipe lines come
 shuffled and a causal policy reads them in order, so at a line above the goal's nothing yet says whether its
 item is needed; every token of the second copy can attend to the whole first copy, the goal's line included.
+A policy with ``prompt_attention="bidirectional"`` (``agent_lab.config.ModelConfig``) reads the prompt in both
+directions at once, so it needs no second copy.
 
 Book: book/part3/01_crafting.md.
 """
