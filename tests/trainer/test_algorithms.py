@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import dataclasses
 import json
 
@@ -157,7 +159,8 @@ def test_the_observation_loss_plugin_adds_the_mean_nll_of_the_environment_tokens
     env, tok, model, _ = setup
     demo = demonstration_batch(env, tok, env.sample_tasks(3, 6))
     lp = token_logprobs(policy_logits(model, demo, demo.temperature), demo.input_ids[:, 1:])
-    term, stats = ObservationLoss(weight=0.5).term(None, demo, lp, demo, True)
+    causal_run = SimpleNamespace(cfg=TrainConfig())
+    term, stats = ObservationLoss(weight=0.5).term(causal_run, demo, lp, demo, True)
     # by hand: log-softmax of the raw logits at every real, non-action position
     with torch.no_grad():
         raw = torch.log_softmax(model(demo.input_ids, demo.attention_mask)[:, :-1].float(), -1)
@@ -176,6 +179,20 @@ def test_the_observation_loss_plugin_adds_the_mean_nll_of_the_environment_tokens
     assert "+ 0.5 * mean NLL of the environment's tokens" in (tmp_path / "m" / "loss.txt").read_text()
     with pytest.raises(ValueError, match="sft_observation_weight"):
         check_config(TrainConfig(sft_observation_weight=-1.0))
+
+
+def test_the_observation_loss_leaves_a_bidirectional_prompt_out_since_its_positions_read_their_targets(setup):
+    from agent_lab.plugins.losses import environment_targets
+    from agent_lab.rollout import demonstration_batch
+
+    env, tok, _, _ = setup
+    demo = demonstration_batch(env, tok, env.sample_tasks(3, 6))
+    causal, both_ways = environment_targets(demo), environment_targets(demo, bidirectional_prompt=True)
+    # every prompt token after <bos> is a target the bidirectional prompt's positions already read
+    assert int(causal.sum() - both_ways.sum()) == int((demo.prompt_lengths - 1).sum()) > 0
+    assert bool((both_ways <= causal).all()) and int(both_ways.sum()) > 0
+    for row, p in enumerate(demo.prompt_lengths.tolist()):
+        assert not both_ways[row, : p - 1].any() and bool(causal[row, : p - 1].all())
 
 
 def _user_ppo_loss(logprobs, old_logprobs, advantages, action_mask, clip_eps, ref_logprobs, kl_coef):

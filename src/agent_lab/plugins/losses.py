@@ -22,9 +22,15 @@ from agent_lab.rollout import demonstration_batch
 from agent_lab.update import batch_loss
 
 
-def _environment_tokens(batch) -> torch.Tensor:
-    """``[B, L-1]``: real target tokens the environment wrote (prompt and observations), not the policy."""
-    return batch.attention_mask[:, 1:] & ~batch.action_mask
+def environment_targets(batch, bidirectional_prompt: bool = False) -> torch.Tensor:
+    """``[B, L-1]``: real target tokens the environment wrote (prompt and observations), not the policy. With a
+    bidirectional prompt (``prompt_attention="bidirectional"``) the prompt's own tokens are left out: every prompt
+    position reads the whole prompt, the token it would predict included, so its loss would teach copying."""
+    env = batch.attention_mask[:, 1:] & ~batch.action_mask
+    if bidirectional_prompt:
+        predicted = torch.arange(1, batch.attention_mask.shape[1], device=env.device)  # the token each target is
+        env = env & (predicted[None, :] >= batch.prompt_lengths[:, None])
+    return env
 
 
 @register
@@ -48,13 +54,16 @@ class ObservationLoss(AuxiliaryLoss):
                              "to predict the off-plan actions; turn one of them off")
 
     def term(self, run, micro, logprobs, whole, last):
-        num, _ = aggregate(logprobs, _environment_tokens(micro), "token_mean")
-        nll = -reduce_loss(num, _environment_tokens(whole).sum().float())
+        both_ways = run.cfg.model.prompt_attention == "bidirectional"
+        num, _ = aggregate(logprobs, environment_targets(micro, both_ways), "token_mean")
+        nll = -reduce_loss(num, environment_targets(whole, both_ways).sum().float())
         return self.weight * nll, {"observation_nll": float(nll.detach())}
 
     def describe(self, cfg):
-        return (f"SFT auxiliary loss: + {self.weight} * mean NLL of the environment's tokens (prompt and "
-                "observations) in the demonstrations")
+        prompt = ("observations; not the prompt, which the policy reads both ways"
+                  if cfg.model.prompt_attention == "bidirectional" else "prompt and observations")
+        return (f"SFT auxiliary loss: + {self.weight} * mean NLL of the environment's tokens ({prompt}) in the "
+                "demonstrations")
 
 
 @register
