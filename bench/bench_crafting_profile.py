@@ -18,7 +18,9 @@ episodes); ``whole-batch`` (the RL update on the whole batch of 128 episodes at 
 freed memory never handed back: the recipe before it took micro-batches and the trainer trimmed the heap);
 ``bf16`` (the recipe with ``cpu_bf16``: bfloat16 autocast where the CPU has fast bf16, else float32, as the
 arm records); ``sft-whole`` (the recipe's SFT step on its whole batch of demonstrations, not in micro-batches
-of 16; its RL piece is the recipe's); ``bf16-sft-whole`` (both).
+of 16; its RL piece is the recipe's); ``bf16-sft-whole`` (both); ``prefix`` (the prompt shown once and read
+both ways, ``prompt_attention="bidirectional"``, in place of the recipe's re-read prompt: SFT piece only, since
+the committed policy has the other shape) and ``prefix-bf16`` (with ``cpu_bf16`` too).
 
 Figures are printed and written to ``bench/results/bench_crafting_profile.json``, section ``profile`` (or
 ``--section``'s name, so that a short run beside the committed one keeps it).
@@ -49,7 +51,11 @@ POLICY = RESULTS / "crafting-full" / "checkpoint.pt"
 ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows": True},
         "whole-batch": {"micro_batch_size": 0, "keep_finished_rows": True, "keep_freed_memory": True},
         "bf16": {"cpu_bf16": True}, "sft-whole": {"sft_whole_batch": True},
-        "bf16-sft-whole": {"cpu_bf16": True, "sft_whole_batch": True}}
+        "bf16-sft-whole": {"cpu_bf16": True, "sft_whole_batch": True},
+        "prefix": {"prompt_attention": "bidirectional", "no_reread": True},
+        "prefix-bf16": {"prompt_attention": "bidirectional", "no_reread": True, "cpu_bf16": True}}
+#: Arm settings that change the policy's shape or its prompt, so the committed policy cannot start their RL piece.
+SFT_ONLY = ("prompt_attention", "no_reread")
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "sft_batch_size": 4, "batch_size": 8, "group_size": 4}
 TINY_EVAL_SIZE = 4  # evaluation worlds per level with --tiny
 
@@ -84,6 +90,9 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False
         rollout._Rollout._step_running = lambda self, ids, valid, pos: self.policy.step(ids, valid, self.cache, pos)
     # micro_batch_size applies to SFT and RL steps alike: this arm turns it off for the SFT piece only
     sft_whole = {"micro_batch_size": 0} if settings.pop("sft_whole_batch", False) else {}
+    sft_only = any(k in settings for k in SFT_ONLY)
+    if settings.pop("no_reread", False):  # the prompt once: a bidirectional prompt reads it both ways instead
+        settings["env_options"] = {**recipe("crafting-quick").env_options, "reread": False}
     decay = max(1, sft_steps // 4)
     sft_cfg = recipe("crafting-quick", sft_steps=sft_steps, sft_slip_from=sft_steps - decay,
                      sft_lr_decay_steps=decay, steps=1, **settings, **sft_whole)
@@ -94,9 +103,10 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False
                                 env_options={**rl_cfg.env_options, "eval_size": TINY_EVAL_SIZE})
     init = None if tiny else POLICY
     with tempfile.TemporaryDirectory() as tmp:
-        pieces = [_piece("SFT", lambda: trainer.train_sft(sft_cfg, run_dir=f"{tmp}/sft", progress=False), True),
-                  _piece("RL", lambda: trainer.train_rl(rl_cfg, init=init, run_dir=f"{tmp}/rl", progress=False),
-                         False)]
+        pieces = [_piece("SFT", lambda: trainer.train_sft(sft_cfg, run_dir=f"{tmp}/sft", progress=False), True)]
+        if not sft_only or tiny:
+            pieces.append(_piece("RL", lambda: trainer.train_rl(rl_cfg, init=init, run_dir=f"{tmp}/rl",
+                                                                progress=False), False))
     write_result(out, pieces)
 
 

@@ -72,8 +72,9 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 @pytest.mark.slow
 def test_the_crafting_profile_bench_runs_every_arm_and_saves_them(tmp_path, capsys):
     bench = _load("bench_crafting_profile")
-    # every setting an arm changes, in four arms: bf16-sft-whole has those of bf16 and of sft-whole
-    arms = ["recipe", "keep-rows", "whole-batch", "bf16-sft-whole"]
+    # every setting an arm changes, in five arms: bf16-sft-whole has those of bf16 and of sft-whole, prefix-bf16
+    # those of prefix (whose RL piece runs here only because a tiny policy's starts from random weights)
+    arms = ["recipe", "keep-rows", "whole-batch", "bf16-sft-whole", "prefix-bf16"]
     assert {k for a in bench.ARMS for k in bench.ARMS[a]} == {k for a in arms for k in bench.ARMS[a]}
     got = bench.main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--arms", *arms,
                       "--results", str(tmp_path / "p.json")])
