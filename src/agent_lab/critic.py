@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from agent_lab.estimators import reduce_loss, value_loss
 from agent_lab.estimators._validation import as_turn_ids, positive_int
+from agent_lab.policy.model import prompt_arguments
 
 __all__ = ["TurnCritic", "decision_positions", "decision_states", "fit_critic", "policy_features"]
 
@@ -108,7 +109,7 @@ def policy_features(policy, batch) -> tuple[Tensor, Tensor]:
     has read the whole episode, where the next turn's decision would be made (the bootstrap of a cut row).
     Computed with the policy's gradient; call it under ``torch.no_grad()`` for a separate critic."""
     hidden = policy.hidden_states(batch.input_ids, batch.attention_mask,
-                                  prompt_lengths=getattr(batch, "prompt_lengths", None))
+                                  **prompt_arguments(policy, getattr(batch, "prompt_lengths", None)))
     last = batch.attention_mask.long().sum(-1) - 1
     after = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
     return decision_states(hidden, batch.turn_ids, batch.rewards.shape[1]), after
