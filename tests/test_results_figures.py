@@ -101,6 +101,82 @@ def test_profile_facts_take_the_peak_at_the_runs_thread_count():
     assert arm["largest"] == "loss" and arm["of_peak"] == 0.25 == arm["recorded_of_peak"]
 
 
+def _lever(arm, piece, seconds, peak_gb=0.5, dtype="float32", round_=1):
+    return {"arm": arm, "round": round_, "piece": piece, "s_per_step": seconds, "peak_gb": peak_gb,
+            "peak_dtype": dtype}
+
+
+def _levers(prefix_s=0.5, bf16_s=0.8):
+    """A recipe at 1 s per SFT step and 4 s per RL step, two rounds of bf16, prefix SFT only."""
+    return {"threads": 2, "arms": [
+        _lever("recipe", "SFT", 1.0), _lever("recipe", "RL", 4.0, 0.7),
+        _lever("bf16", "SFT", bf16_s, 1.5, "bfloat16"), _lever("bf16", "RL", 5.0, 1.6, "bfloat16"),
+        _lever("bf16", "SFT", 10.0, 1.2, "bfloat16", 2), _lever("bf16", "RL", 5.0, 1.4, "bfloat16", 2),
+        _lever("bf16", "SFT", bf16_s, 1.1, "bfloat16", 3), _lever("bf16", "RL", 5.0, 1.3, "bfloat16", 3),
+        _lever("prefix", "SFT", prefix_s, 0.6)]}
+
+
+def test_lever_facts_rank_arms_by_the_recipes_seconds_over_theirs():
+    f = rf.lever_facts(_levers())
+    # bf16's SFT: the median of its three rounds (0.8, 10, 0.8), so one slow round does not rank it
+    assert f["speedup"] == {"recipe, SFT": 1.0, "bf16, SFT": 1.25, "prefix, SFT": 2.0,
+                            "recipe, RL": 1.0, "bf16, RL": 0.8}
+    assert f["ranked"] == {"SFT": ["prefix", "bf16", "recipe"], "RL": ["recipe", "bf16"]}
+    # peaks: the highest round of each arm
+    assert f["highest_peak"] == ("bf16, RL", 1.6) and f["peak_gb"]["bf16, SFT"] == 1.5
+    assert f["peak_range"] == {"float32": (0.5, 0.7), "bfloat16": (1.1, 1.6)}
+    assert f["threads"] == 2
+
+
+def test_lever_facts_follow_the_seconds_when_two_arms_swap():
+    f = rf.lever_facts(_levers(prefix_s=0.8, bf16_s=0.5))
+    assert f["ranked"]["SFT"] == ["bf16", "prefix", "recipe"]
+    assert f["speedup"]["bf16, SFT"] == 2.0 and f["speedup"]["prefix, SFT"] == 1.25
+    slower = rf.lever_facts(_levers(prefix_s=2.0))
+    assert slower["ranked"]["SFT"] == ["bf16", "recipe", "prefix"] and slower["speedup"]["prefix, SFT"] == 0.5
+
+
+def test_lever_facts_leave_out_a_piece_the_recipe_did_not_run_and_need_the_recipe():
+    row = _levers()
+    row["arms"] = [a for a in row["arms"] if (a["arm"], a["piece"]) != ("recipe", "RL")]
+    f = rf.lever_facts(row)
+    assert "RL" not in f["ranked"] and "bf16, RL" not in f["speedup"]
+    assert f["peak_gb"]["bf16, RL"] == 1.6  # its memory is still measured
+    row["arms"] = [a for a in row["arms"] if a["arm"] != "recipe"]
+    with pytest.raises(ValueError, match="no arm 'recipe'.*--arms recipe"):
+        rf.lever_facts(row)
+
+
+def _profile_section(name):
+    path = RESULTS / "bench_crafting_profile.json"
+    sections = json.loads(path.read_text())["sections"] if path.exists() else {}
+    if name not in sections:
+        pytest.skip(f"bench_crafting_profile.json has no section {name!r}")
+    (row,) = sections[name]["rows"]
+    return row
+
+
+def test_lever_facts_of_the_committed_levers_run():
+    row = _profile_section("levers")
+    step = {rf.arm_label(a): a["s_per_step"] for a in row["arms"]}
+    f = rf.lever_facts(row)
+    assert f["speedup"]["prefix, SFT"] == pytest.approx(step["recipe, SFT"] / step["prefix, SFT"])
+    assert f["speedup"]["bf16, RL"] == pytest.approx(step["recipe, RL"] / step["bf16, RL"])
+    assert f["ranked"]["SFT"] == sorted(f["ranked"]["SFT"], key=lambda a: step[f"{a}, SFT"])
+    assert set(f["ranked"]["RL"]) == {"recipe", "bf16"}  # the prefix arms have no RL piece
+    assert f["highest_peak"][1] == max(a["peak_gb"] for a in row["arms"])
+
+
+@pytest.mark.parametrize("name", ["bf16", "levers"])
+def test_the_lever_figure_draws_the_committed_run_at_the_books_width(name):
+    fig = rf.lever_figure(_profile_section(name), 2.0)
+    speed_ax, peak_ax = fig.axes
+    assert fig.get_figwidth() == rf.WIDTH and speed_ax.has_data() and peak_ax.has_data()
+    bars = len(rf.lever_facts(_profile_section(name))["speedup"])
+    assert len(speed_ax.patches) == bars and 2.0 in peak_ax.lines[0].get_xdata()
+    plt.close(fig)
+
+
 def test_grading_facts_set_the_spread_within_a_grader_against_the_gap_between_graders():
     rows = [{"grader": g, "workers": 1, "s_per_submission": s} for g, s in
             (("old", 14.0), ("new", 25.0), ("new", 24.0), ("old", 24.0))]

@@ -325,6 +325,68 @@ def profile_figure(row: dict):
     return fig
 
 
+# ----------------------------------------------------------------------------- levers beside the recipe
+PIECES = ("SFT", "RL")
+
+
+def per_arm(row: dict, key: str, over=statistics.median) -> dict[str, float]:
+    """``key`` of each arm and piece (:func:`arm_label`, in the run's order), ``over`` its rounds."""
+    got = defaultdict(list)
+    for arm in row["arms"]:
+        got[arm_label(arm)].append(arm[key])
+    return {label: over(values) for label, values in got.items()}
+
+
+def lever_facts(row: dict, base: str = "recipe") -> dict:
+    """Each arm and piece beside arm ``base`` of the same run: its speed-up (``base``'s seconds per step over
+    the arm's, the median of rounds; above 1 the arm is faster) and its peak memory (the highest of rounds);
+    per piece, the arms from fastest to slowest; the highest peak, and the range of peaks per dtype the arms
+    computed in (a record without one computed in float32). A piece ``base`` did not run is left out, since
+    nothing in the run says how fast it would have been."""
+    if not any(arm["arm"] == base for arm in row["arms"]):
+        raise ValueError(f"the run has no arm {base!r} to compare with: rerun with --arms {base} ...")
+    step, peak = per_arm(row, "s_per_step"), per_arm(row, "peak_gb", max)
+    speedup, ranked = {}, {}
+    for piece in PIECES:
+        own = f"{base}, {piece}"
+        if own not in step:
+            continue
+        mine = {label: step[own] / s for label, s in step.items() if label.endswith(f", {piece}")}
+        speedup.update(mine)
+        ranked[piece] = [label.rsplit(", ", 1)[0] for label in sorted(mine, key=mine.get, reverse=True)]
+    top = max(peak, key=peak.get)
+    by_dtype = defaultdict(list)
+    for arm in row["arms"]:
+        by_dtype[arm.get("peak_dtype", "float32")].append(arm["peak_gb"])
+    return {"base": base, "threads": row["threads"], "speedup": speedup, "ranked": ranked,
+            "peak_gb": peak, "highest_peak": (top, peak[top]),
+            "peak_range": {dtype: (min(gb), max(gb)) for dtype, gb in by_dtype.items()}}
+
+
+def lever_figure(row: dict, limit_gb: float, base: str = "recipe"):
+    """Each arm's speed-up per step against arm ``base`` of the same run (bars, 1: as fast), and its peak
+    memory against the ceiling ``limit_gb`` (dashed), one row per arm and piece."""
+    f = lever_facts(row, base)
+    names = list(f["peak_gb"])
+    fig, (speed_ax, peak_ax) = subplots(2, height=0.3 * len(names) + 1.2, sharey=True)
+    for k, piece in enumerate(PIECES):
+        ys = [i for i, n in enumerate(names) if n.endswith(f", {piece}") and n in f["speedup"]]
+        bars = speed_ax.barh(ys, [f["speedup"][names[i]] for i in ys], color=COLORS[k], label=piece)
+        speed_ax.bar_label(bars, fmt="%.2fx", fontsize=7, padding=2)
+    speed_ax.axvline(1.0, color="black", lw=1)
+    speed_ax.set_xlim(0, max(f["speedup"].values()) * 1.25)  # room for the labels
+    speed_ax.set_xlabel(f"speed-up per step: {base}'s s/step ÷ the arm's")
+    peak_ax.barh(range(len(names)), [f["peak_gb"][n] for n in names], color=COLORS[7])
+    peak_ax.axvline(limit_gb, color="black", ls="--", lw=1, label=f"ceiling {limit_gb:g} GB")
+    peak_ax.set_xlim(0, max(limit_gb, f["highest_peak"][1]) * 1.1)
+    peak_ax.set_xlabel("peak resident memory, GB")
+    rows_panels(fig, [speed_ax, peak_ax], names)
+    for ax in (speed_ax, peak_ax):  # above the panels, where no bar or label can lie under them
+        ax.legend(fontsize=7, ncol=2, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 # ----------------------------------------------------------------------------- memory
 def memory_figure(rows: list[dict], target_gb: float):
     """Peak resident memory of each recipe group's pieces, against the target."""
