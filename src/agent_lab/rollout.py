@@ -92,7 +92,7 @@ class RolloutBatch:
     attention_mask: torch.Tensor  # [B, L] bool
     action_mask: torch.Tensor  # [B, L-1] bool
     old_logprobs: torch.Tensor  # [B, L-1] float, 0 outside actions
-    turn_ids: torch.Tensor  # [B, L-1] long, -1 outside actions
+    turn_ids: torch.Tensor  # [B, L-1] long, -1 outside actions (an action left out of action_mask keeps its id)
     allowed_tokens: torch.Tensor  # [B, L-1, V] bool
     rewards: torch.Tensor  # [B, T] float
     turn_mask: torch.Tensor  # [B, T] bool
@@ -531,7 +531,8 @@ def demonstration_batch(env, tokenizer: WordTokenizer, tasks: list, device=None,
     ``old_logprobs`` is 0: the demonstrator is not a policy with known token probabilities.
     ``demos`` (default ``env.demonstrations(tasks)``): per task ``[(observation, action), ...]``, for example
     from a demonstration source of :mod:`agent_lab.plugins`; ``trained`` flags per action whether it is
-    imitated (default all): an action flagged False stays in the transcript but out of ``action_mask``.
+    imitated (default all): an action flagged False stays in the transcript but out of ``action_mask``; its
+    tokens keep their turn id, so ``turn_ids == -1`` marks exactly the environment's text (prompt, observations).
     """
     tok = tokenizer
     device = device or torch.device("cpu")
@@ -595,7 +596,7 @@ def _demonstration_rows(tok: WordTokenizer, demos: list, trained: list, max_word
             a = tok.encode(action) + [tok.nl_id]
             ids += o + a
             act += [False] * len(o) + [keep[t]] * len(a)
-            turn += [-1] * len(o) + [t if keep[t] else -1] * len(a)
+            turn += [-1] * len(o) + [t] * len(a)  # the policy's text, imitated or not; the env's is -1
             forced += [False] * len(o) + [j >= max_words for j in range(len(a))]
         rows.append((ids, act, turn, forced, len(tok.encode(d[0][0])) + 2 if d else 1))
     return rows

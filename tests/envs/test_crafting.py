@@ -518,6 +518,35 @@ def test_demonstration_batch_keeps_slips_in_the_transcript_but_out_of_the_action
             assert a in batch.texts[i].replace("<nl>", "\n")
 
 
+
+def test_the_observation_loss_predicts_the_environment_text_of_a_recovery_demonstration_not_its_slip(tmp_path):
+    from agent_lab.trainer import TrainConfig, train
+    from agent_lab.plugins.losses import environment_targets
+    from agent_lab.policy import WordTokenizer
+    from agent_lab.rollout import demonstration_batch
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    tasks = env.sample_tasks(4, 12)
+    demos, trained = env.recovery_demonstrations(tasks, np.random.default_rng(5), 1.0)
+    assert not all(all(k) for k in trained), "need at least one slip"
+    batch = demonstration_batch(env, tok, tasks, demos=demos, trained=trained)
+    env_targets = environment_targets(batch)
+    targets = batch.input_ids[:, 1:]
+    for i, (demo, keep) in enumerate(zip(demos, trained)):
+        # the environment's text, token for token: the prompt and every observation, each with its newline
+        text = [t for obs, _ in demo for t in tok.encode(obs) + [tok.nl_id]]
+        assert targets[i][env_targets[i]].tolist() == text
+        for t, k in enumerate(keep):  # an action, imitated or not, is the policy's text of its turn
+            action = tok.encode(demo[t][1]) + [tok.nl_id]
+            assert targets[i][batch.turn_ids[i] == t].tolist() == action
+            assert bool(batch.action_mask[i][batch.turn_ids[i] == t].all()) == k
+    # and a run may combine the two
+    cfg = TrainConfig(env="crafting", algo="sft", steps=1, batch_size=4, group_size=1, sft_slip_prob=1.0,
+                      sft_observation_weight=1.0, d_model=16, n_layers=1, n_heads=2)
+    assert "observation_nll" in train(cfg, run_dir=str(tmp_path), progress=False).history[0]
+
+
 def _replay(task, actions):
     twin = make_env("crafting")
     twin.reset([task])

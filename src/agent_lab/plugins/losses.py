@@ -23,10 +23,13 @@ from agent_lab.update import batch_loss
 
 
 def environment_targets(batch, bidirectional_prompt: bool = False) -> torch.Tensor:
-    """``[B, L-1]``: real target tokens the environment wrote (prompt and observations), not the policy. With a
-    bidirectional prompt (``prompt_attention="bidirectional"``) the prompt's own tokens are left out: every prompt
-    position reads the whole prompt, the token it would predict included, so its loss would teach copying."""
-    env = batch.attention_mask[:, 1:] & ~batch.action_mask
+    """``[B, L-1]``: real target tokens the environment wrote (prompt and observations), not the policy. An
+    action a demonstration shows but does not imitate (a recovery demonstration's slip, the policy's own turns
+    before a DAgger branch) is the policy's text, not the environment's: it carries a turn id and stays out,
+    so the loss never learns to predict an off-plan action. With a bidirectional prompt
+    (``prompt_attention="bidirectional"``) the prompt's own tokens are left out: every prompt position reads the
+    whole prompt, the token it would predict included, so its loss would teach copying."""
+    env = batch.attention_mask[:, 1:] & (batch.turn_ids < 0)
     if bidirectional_prompt:
         predicted = torch.arange(1, batch.attention_mask.shape[1], device=env.device)  # the token each target is
         env = env & (predicted[None, :] >= batch.prompt_lengths[:, None])
@@ -46,12 +49,6 @@ class ObservationLoss(AuxiliaryLoss):
 
     def __post_init__(self):
         weight("observation_loss weight (sft_observation_weight)", self.weight)
-
-    def check(self, cfg, world_size):
-        clash = sorted({"recovery_demonstrations", "dagger"} & set(cfg.plugins))
-        if clash:
-            raise ValueError(f"observation_loss cannot be combined with {clash[0]}: the auxiliary loss would learn "
-                             "to predict the off-plan actions; turn one of them off")
 
     def term(self, run, micro, logprobs, whole, last):
         both_ways = run.cfg.model.prompt_attention == "bidirectional"
