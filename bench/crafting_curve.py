@@ -15,6 +15,7 @@ commit, process id, the step it started from) and ``curve.jsonl``, the curve:
   the previous line, training seconds and CPU seconds so far (evaluation excluded), the evaluation's seconds,
   and per split (``test``, ``held_out_goals``) and level the greedy success on ``--sample`` worlds per level
   with its 95% Wilson interval, the planner's success on the same worlds and the share of it; ``target_met``;
+  after RL steps, ``rl``: the sampled batches' diagnostics since the previous line (:data:`RL_DIAGNOSTICS`);
 * a ``confirm`` line when a sample meets the target, or when the recipe's steps run out: the same figures on
   ``--confirm`` worlds per level. Training stops when the confirmation meets the target too (or when the steps
   run out); otherwise it goes on. A curve without a ``confirm`` line is partial.
@@ -167,6 +168,25 @@ def counts(run: T.Run) -> tuple[int, int]:
     return demos, run.episodes - demos
 
 
+#: What an RL line also says about the sampled batches since the previous line (means of the trainer's rows):
+#: sampled success, the share of refused actions, the policy's entropy, the share of groups whose episodes all
+#: scored the same (no signal for a group algorithm), the mean |advantage| and the turns per episode.
+RL_DIAGNOSTICS = ("success", "rejected_share", "entropy", "degenerate_fraction", "advantage_abs_mean",
+                  "episode_turns")
+
+
+def rl_diagnostics(history: list[dict], since: int, until: int) -> dict:
+    """Means of :data:`RL_DIAGNOSTICS` over the RL rows of steps ``since .. until - 1`` (a key no row logs is
+    left out); empty when the window holds no RL step."""
+    rows = [h for h in history if since <= h["step"] < until and h["phase"] != "sft"]
+    out = {}
+    for key in RL_DIAGNOSTICS:
+        values = [h[key] for h in rows if isinstance(h.get(key), (int, float))]
+        if values:
+            out[key] = sum(values) / len(values)
+    return out
+
+
 def evaluation_line(run: T.Run, kind: str, per_level: int, since: int) -> dict:
     """One curve line at the run's current step; ``since``: the previous line's step (the loss's window)."""
     t = time.perf_counter()
@@ -178,7 +198,8 @@ def evaluation_line(run: T.Run, kind: str, per_level: int, since: int) -> dict:
     return {"kind": kind, "step": run.step, "phase": "sft" if run.step <= run.cfg.sft.steps else "rl",
             "demonstrations": demos, "episodes": episodes, "loss": loss,
             "train_s": state["train_s"], "cpu_s": state["cpu_s"], "eval_s": time.perf_counter() - t,
-            "per_level": per_level, "splits": splits, "target_met": meets_target(splits)}
+            "per_level": per_level, "splits": splits, "target_met": meets_target(splits),
+            **({"rl": rl} if (rl := rl_diagnostics(run.history, since, run.step)) else {})}
 
 
 def evaluate_and_save(run: T.Run, opts: CurveOptions) -> list[dict]:

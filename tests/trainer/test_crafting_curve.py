@@ -181,3 +181,25 @@ def test_a_branch_starts_rl_from_another_curves_cold_start_and_evaluates_it_as_i
                             branch_from=tmp_path / "sft"))
     with pytest.raises(ValueError, match="no checkpoint.pt there"):
         C.run_curve(options(tmp_path / "none", overrides=unmasked, branch_from=tmp_path / "missing"))
+
+
+def test_rl_lines_carry_the_sampled_batches_diagnostics_since_the_previous_line(uninterrupted):
+    path, folder = uninterrupted
+    lines = [json.loads(x) for x in path.read_text().splitlines()][1:]
+    history = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    rl_rows = [h for h in history if h.get("phase") not in (None, "sft")]
+    assert rl_rows, "the tiny curve has RL steps"
+    for i, line in enumerate(lines):  # a confirmation shares its sample's window
+        since = max([x["step"] for x in lines[:i] if x["step"] < line["step"]], default=0)
+        want = [h for h in rl_rows if since <= h["step"] < line["step"]]
+        if not want:
+            assert "rl" not in line, line["step"]
+        else:
+            for key in ("success", "rejected_share", "entropy", "degenerate_fraction"):
+                assert line["rl"][key] == pytest.approx(sum(h[key] for h in want) / len(want)), key
+    # a window is only its own steps
+    rows = [{"step": 1, "phase": "sft", "success": 0.0}, {"step": 2, "phase": "dr_grpo", "success": 0.5},
+            {"step": 3, "phase": "dr_grpo", "success": 1.0, "entropy": 2.0}]
+    assert C.rl_diagnostics(rows, 0, 3) == {"success": 0.5}
+    assert C.rl_diagnostics(rows, 2, 4) == {"success": 0.75, "entropy": 2.0}
+    assert C.rl_diagnostics(rows, 0, 2) == {}
