@@ -257,9 +257,9 @@ def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
         raise ValueError(f"--branch-from {opts.branch_from}: its checkpoint is at step {run.step}, not at the "
                          f"end of an SFT phase of {cfg.sft.steps} steps as a curve (set sft_steps to the "
                          "source's and branch once its SFT phase has ended)")
-    mine = cfg.to_dict()
-    differs = [k for k in ("env", "env_options", "seed", "model", "sft")
-               if parent["config"].get(k) != mine.get(k)]
+    # read the source's configuration as a saved one is read: settings added since take their defaults
+    theirs, mine = TrainConfig.from_dict(parent["config"]).to_dict(), cfg.to_dict()
+    differs = [k for k in ("env", "env_options", "seed", "model", "sft") if theirs.get(k) != mine.get(k)]
     if differs:
         raise ValueError(f"--branch-from {opts.branch_from}: the source trained another cold start "
                          f"({', '.join(differs)} differ); give this curve the source's seed, SFT, model and "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -176,6 +177,14 @@ def test_a_branch_starts_rl_from_another_curves_cold_start_and_evaluates_it_as_i
     assert start == (TINY["sft_steps"], src[-1]["demonstrations"], 0)
     assert first["train_s"] == pytest.approx(src[-1]["train_s"])
     assert [x["phase"] for x in lines[2:]] == ["rl"] * (len(lines) - 2) and lines[-1]["episodes"] > 0
+    # a source saved before a setting existed reads as if it held the setting's default
+    old = tmp_path / "old"
+    shutil.copytree(tmp_path / "sft", old)
+    saved = torch.load(old / "checkpoint.pt", weights_only=False)
+    for section, key in (("model", "prompt_attention"), ("sft", "warmup_steps")):
+        del saved["driver_state"]["header"]["config"][section][key]
+    torch.save(saved, old / "checkpoint.pt")
+    C.run_curve(options(tmp_path / "from-old", overrides=unmasked, branch_from=old))
     with pytest.raises(ValueError, match="another cold start"):
         C.run_curve(options(tmp_path / "other", overrides={**TINY, "sft_lr": 1e-2},
                             branch_from=tmp_path / "sft"))
