@@ -210,8 +210,12 @@ class OptimizerConfig:
     lr: float = setting(3e-3, "Adam's learning rate")
     weight_decay: float = setting(0.0, "Adam's weight decay")
     grad_clip: float = setting(1.0, "the gradient's global norm is clipped at this")
+    rl_fresh_optimizer: bool = setting(False, "clear Adam's moments when RL takes over from SFT, so RL steps "
+                                              "are not scaled by the SFT gradients' running second moment")
 
     def __post_init__(self):
+        if not isinstance(self.rl_fresh_optimizer, bool):
+            raise ValueError(f"rl_fresh_optimizer must be True or False, got {self.rl_fresh_optimizer!r}")
         _number("lr", self.lr, strict=True)
         _number("weight_decay", self.weight_decay)
         _number("grad_clip", self.grad_clip, strict=True)

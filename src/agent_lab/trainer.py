@@ -447,6 +447,10 @@ def sft_step(run: Run, step: int) -> dict:
 def rl_step(run: Run, step: int) -> dict:
     """One RL step: collect, advantages, (reference log-probs), update, diagnostics."""
     row: dict[str, Any] = {"step": step, "phase": run.algo.name, "lr": _set_lr(run, run.cfg.optimizer.lr)}
+    if step == run.cfg.sft.steps and run.cfg.sft.steps and run.cfg.optimizer.rl_fresh_optimizer:
+        # Adam divides by the running second moment: left from SFT, whose gradients are far larger than a
+        # policy gradient's, it would shrink RL's steps until it decays; RL starts as a fresh optimizer would
+        run.optimizer.state.clear()
     if run.algo.needs_reference() and run.ref_model is None:  # the frozen reference: the policy when RL starts
         run.ref_model = copy.deepcopy(run.model).eval()
     t = time.perf_counter()

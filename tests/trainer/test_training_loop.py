@@ -182,6 +182,21 @@ def test_sft_learning_rate_is_constant_then_decays_linearly_over_the_last_steps(
     assert [trainer_mod.sft_lr_at(flat, s) for s in range(5)] == [1e-3] * 5
 
 
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_rl_fresh_optimizer_clears_adams_moments_when_rl_takes_over(tmp_path, fresh):
+    cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 3, "steps": 2, "candidate_mask": True,
+                         "rl_fresh_optimizer": fresh})
+    train(cfg, run_dir=str(tmp_path / "r"), progress=False)
+    saved = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)["optimizer"]
+    counts = {int(state["step"]) for state in saved["state"].values()}
+    # Adam counts its own steps per parameter: 3 SFT + 2 RL, or the 2 RL steps alone after the reset
+    assert counts == ({2} if fresh else {5})
+    described = (tmp_path / "r" / "loss.txt").read_text()
+    assert ("moments cleared when RL takes over" in described) == fresh
+    with pytest.raises(ValueError, match="rl_fresh_optimizer must be True or False"):
+        TrainConfig(rl_fresh_optimizer="yes")
+
 def test_sft_learning_rate_warms_up_linearly_then_holds_then_decays():
     cfg = TrainConfig(**{**FAST, "algo": "dr_grpo", "sft_steps": 6, "sft_lr": 1e-3, "sft_warmup_steps": 2,
                          "sft_lr_decay_steps": 2})
