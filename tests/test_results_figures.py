@@ -348,6 +348,19 @@ def test_the_curve_sentences_say_where_each_curve_stands_and_what_rl_changed():
     assert same.endswith("the intervals overlap on every split: no change this sample can tell apart.")
 
 
+
+def test_the_rl_diagnostics_sentence_reads_the_first_and_last_rl_windows():
+    curve = _rl_curve(_level(0.5, 0.3, 0.7), _level(0.6, 0.4, 0.8))
+    assert rf.rl_diagnostics_sentence(curve) == ""  # lines written before the harness recorded them
+    curve[2]["rl"] = {"success": 0.7, "rejected_share": 0.25, "entropy": 0.15, "degenerate_fraction": 0.6}
+    curve[3]["rl"] = {"success": 0.65, "rejected_share": 0.3, "entropy": 0.2125, "degenerate_fraction": 0.5}
+    assert rf.rl_diagnostics_sentence(curve) == (
+        "From its first RL window to its last, in the batches it sampled: sampled success 70% → 65%; "
+        "refused actions 25% → 30%; groups whose episodes all scored the same 60% → 50%; the policy's "
+        "entropy (nats per action token) 0.150 → 0.212.")
+    del curve[3]["rl"]  # one window: it is both the first and the last
+    assert "refused actions 25% → 25%" in rf.rl_diagnostics_sentence(curve)
+
 def test_the_first_curve_to_the_target_by_seconds_and_by_demonstrations():
     slow_but_frugal = [HEADER, _curve_line("sample", 100, "sft", 900.0, 1.0, met=True),
                        _curve_line("confirm", 100, "sft", 900.0, 1.0, per_level=200, met=True)]

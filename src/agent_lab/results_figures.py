@@ -816,6 +816,30 @@ def interval_text(r: dict) -> str:
     return f"{r['success']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
 
 
+#: The RL diagnostics a curve line may carry (``bench/crafting_curve.py``'s ``rl`` field), as a sentence names
+#: them, and whether each is a share (written as a percentage) or a plain number.
+RL_WORDS = {"success": ("sampled success", True), "rejected_share": ("refused actions", True),
+            "degenerate_fraction": ("groups whose episodes all scored the same", True),
+            "entropy": ("the policy's entropy (nats per action token)", False)}
+
+
+def rl_diagnostics_sentence(lines: list[dict]) -> str:
+    """How the sampled batches changed over the RL phase: each diagnostic of :data:`RL_WORDS` in the first
+    RL window against the last (the means the curve's lines record since their previous line); "" when the
+    curve records none."""
+    windows = [line["rl"] for line in phase_lines(lines, "rl") if isinstance(line.get("rl"), dict)]
+    if not windows:
+        return ""
+    first, last = windows[0], windows[-1]
+
+    def show(value: float, share: bool) -> str:
+        return f"{value:.0%}" if share else f"{value:.3f}"
+    moves = [f"{words} {show(first[k], share)} → {show(last[k], share)}"
+             for k, (words, share) in RL_WORDS.items() if k in first and k in last]
+    return ("From its first RL window to its last, in the batches it sampled: " + "; ".join(moves) + "."
+            if moves else "")
+
+
 def rl_sentence(lines: list[dict], level: str = "level 3") -> str:
     """What RL changed at ``level`` on each split against the end of SFT (:func:`rl_change`), and whether the
     95% intervals tell the two apart, in a sentence."""
