@@ -361,6 +361,31 @@ def test_the_rl_diagnostics_sentence_reads_the_first_and_last_rl_windows():
     del curve[3]["rl"]  # one window: it is both the first and the last
     assert "refused actions 25% → 25%" in rf.rl_diagnostics_sentence(curve)
 
+
+def _branch(after, *, before=None):
+    """A branch of CURVE's cold start: the cold start at step 500, then two RL samples; level 3 of every split
+    goes from ``before`` to ``after``."""
+    head = dict(HEADER, candidate_mask=False, parent=HEADER)
+    return [head, _curve_line("sample", 500, "sft", 200.0, 1.0, level3=before or _level(0.5, 0.43, 0.57)),
+            _curve_line("sample", 550, "rl", 300.0, 1.0, episodes=6400, level3=_level(0.55, 0.48, 0.62)),
+            _curve_line("sample", 600, "rl", 400.0, 1.0, episodes=12800, level3=after)]
+
+
+def test_branches_are_told_by_their_parent_and_compared_from_their_cold_start():
+    flat, up = _branch(_level(0.52, 0.45, 0.59)), _branch(_level(0.7, 0.63, 0.76))
+    assert rf.is_branch(up) and not rf.is_branch(CURVE) and not rf.is_branch([])
+    points = rf.branch_points(up, "test", "level 3")
+    assert [p for p, _ in points] == [0, 50, 100] and points[-1][1]["success"] == 0.7
+    f = rf.branches_facts({"flat": flat, "up": up})
+    assert f["up"] == [("up", "held_out_goals"), ("up", "test")] and f["down"] == []
+    assert f["best"][0] == pytest.approx(0.2) and f["best"][1] == "up"
+    assert f["changes"]["flat"]["test"]["overlap"]
+    down = rf.branches_facts({"down": _branch(_level(0.3, 0.24, 0.37))})
+    assert down["up"] == [] and down["down"] == [("down", "held_out_goals"), ("down", "test")]
+    fig = rf.branches_figure({"flat": flat, "up": up})
+    assert fig.get_size_inches()[0] == pytest.approx(rf.WIDTH) and len(fig.axes) == 2
+    plt.close(fig)
+
 def test_the_first_curve_to_the_target_by_seconds_and_by_demonstrations():
     slow_but_frugal = [HEADER, _curve_line("sample", 100, "sft", 900.0, 1.0, met=True),
                        _curve_line("confirm", 100, "sft", 900.0, 1.0, per_level=200, met=True)]

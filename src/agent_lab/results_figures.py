@@ -787,6 +787,62 @@ def rl_change(lines: list[dict], split: str, level: str) -> dict | None:
             "overlap": not interval_above(after, before) and not interval_above(before, after)}
 
 
+def is_branch(lines: list[dict]) -> bool:
+    """Whether a curve is RL branched from another curve's cold start (``crafting_curve.py --branch-from``):
+    its header names the parent."""
+    return bool(lines) and isinstance(lines[0].get("parent"), dict)
+
+
+def branch_points(lines: list[dict], split: str, level: str) -> list[tuple[int, dict]]:
+    """(RL steps since the cold start, the sample's record) of one split and level along a branch, the cold
+    start first at 0."""
+    body = evaluations(lines)
+    if not body:
+        return []
+    start = body[0]["step"]
+    return [(line["step"] - start, line["splits"][split][level]) for line in body
+            if level in line["splits"].get(split, {})]
+
+
+def branches_figure(curves: dict[str, list[dict]], level: str = "level 3"):
+    """The RL branches of one cold start side by side: ``level`` success against RL steps, a panel per
+    split, each evaluation with its Wilson 95% interval as an error bar."""
+    splits = list(dict.fromkeys(s for lines in curves.values() for s in curve_levels(lines)[0]))
+    rows = len(curves) + 1  # the legend's: one line per branch
+    fig, axes = subplots(max(len(splits), 1), height=2.6 + 0.2 * rows, sharey=True)
+    for ax, split in zip(axes, splits):
+        for k, (name, lines) in enumerate(curves.items()):
+            points = branch_points(lines, split, level)
+            if not points:
+                continue
+            x = [p + 2 * k for p, _ in points]  # a small offset keeps the bars of each branch apart
+            y = [r["success"] for _, r in points]
+            err = [[r["success"] - r["ci_low"] for _, r in points],
+                   [r["ci_high"] - r["success"] for _, r in points]]
+            ax.errorbar(x, y, yerr=err, color=COLORS[k % 10], marker="o", ms=4, capsize=3, lw=1.4, label=name)
+        ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
+        ax.set_xlabel("RL steps from the cold start")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("greedy success")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=7)
+    fig.tight_layout(rect=(0, min(0.2 * rows / (2.6 + 0.2 * rows), 0.5), 1, 1))
+    return fig
+
+
+def branches_facts(curves: dict[str, list[dict]], level: str = "level 3") -> dict:
+    """Per branch, per split: what RL changed at ``level`` (:func:`rl_change`); the branches that moved a
+    split so that the intervals do not overlap, up or down; and the largest gain on any split."""
+    changes = {name: {s: c for s in curve_levels(lines)[0] if (c := rl_change(lines, s, level))}
+               for name, lines in curves.items()}
+    up = sorted((n, s) for n, by in changes.items() for s, c in by.items()
+                if not c["overlap"] and c["after"]["success"] > c["before"]["success"])
+    down = sorted((n, s) for n, by in changes.items() for s, c in by.items()
+                  if not c["overlap"] and c["after"]["success"] < c["before"]["success"])
+    gains = [(c["after"]["success"] - c["before"]["success"], n, s) for n, by in changes.items()
+             for s, c in by.items()]
+    return {"changes": changes, "up": up, "down": down, "best": max(gains) if gains else None}
+
+
 def first_to_target(curves: dict[str, list[dict]], x: str = "train_s") -> tuple[str, float] | None:
     """The curve whose confirmation met the target first on the axis ``x`` ("train_s" or "budget"), and
     where; None while no curve has."""
