@@ -711,7 +711,8 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
     """Every curve's greedy success on one split and level, against training seconds and against
     demonstrations plus RL episodes, one line per curve: solid while it trains by SFT, dashed in RL;
     confirmations as diamonds; the level's target dashed black."""
-    fig, axes = subplots(2, height=3.2, sharey=True)
+    rows = (len(curves) + 5) // 2  # the legend's rows: the curves, then the four keys, two columns
+    fig, axes = subplots(2, height=2.6 + 0.2 * rows, sharey=True)
     targets = {level_target(lines[0].get("target") or {}, level) for lines in curves.values() if lines}
     for ax, x in zip(axes, CURVE_X):
         for k, (name, lines) in enumerate(curves.items()):
@@ -734,8 +735,7 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
     axes[0].plot([], [], "D", color="grey", ms=5, ls="", label="confirmed on more worlds")
     axes[0].set_ylabel(f"{split.replace('_', ' ')}, {level}")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
-    rows = (len(curves) + 5) // 2  # the legend's rows: the curves, then the four keys
-    fig.tight_layout(rect=(0, min(0.05 * rows, 0.5), 1, 1))
+    fig.tight_layout(rect=(0, min(0.2 * rows / (2.6 + 0.2 * rows), 0.5), 1, 1))
     return fig
 
 
