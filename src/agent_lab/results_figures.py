@@ -22,6 +22,13 @@ BOLD = {"lw": 2.2}
 COLORS = plt.get_cmap("tab10").colors
 
 
+def legend_below(rows: int, panel_height: float = 2.6) -> tuple[float, float]:
+    """For a figure whose legend of ``rows`` lines sits under its panels: the figure's height, and the share
+    of it (the bottom of ``tight_layout``'s rect) the legend keeps for itself."""
+    height = panel_height + 0.2 * rows
+    return height, min(0.2 * rows / height, 0.5)
+
+
 def subplots(ncols: int = 1, height: float = 3.0, **kw):
     """A figure of ``ncols`` panels side by side, :data:`WIDTH` inches wide."""
     fig, axes = plt.subplots(1, ncols, figsize=(WIDTH, height), squeeze=False, **kw)
@@ -711,8 +718,8 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
     """Every curve's greedy success on one split and level, against training seconds and against
     demonstrations plus RL episodes, one line per curve: solid while it trains by SFT, dashed in RL;
     confirmations as diamonds; the level's target dashed black."""
-    rows = (len(curves) + 5) // 2  # the legend's rows: the curves, then the four keys, two columns
-    fig, axes = subplots(2, height=2.6 + 0.2 * rows, sharey=True)
+    height, legend = legend_below((len(curves) + 5) // 2)  # the curves, then the four keys, two columns
+    fig, axes = subplots(2, height=height, sharey=True)
     targets = {level_target(lines[0].get("target") or {}, level) for lines in curves.values() if lines}
     for ax, x in zip(axes, CURVE_X):
         for k, (name, lines) in enumerate(curves.items()):
@@ -735,7 +742,7 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
     axes[0].plot([], [], "D", color="grey", ms=5, ls="", label="confirmed on more worlds")
     axes[0].set_ylabel(f"{split.replace('_', ' ')}, {level}")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
-    fig.tight_layout(rect=(0, min(0.2 * rows / (2.6 + 0.2 * rows), 0.5), 1, 1))
+    fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
 
 
@@ -808,8 +815,8 @@ def branches_figure(curves: dict[str, list[dict]], level: str = "level 3"):
     """The RL branches of one cold start side by side: ``level`` success against RL steps, a panel per
     split, each evaluation with its Wilson 95% interval as an error bar."""
     splits = list(dict.fromkeys(s for lines in curves.values() for s in curve_levels(lines)[0]))
-    rows = len(curves) + 1  # the legend's: one line per branch
-    fig, axes = subplots(max(len(splits), 1), height=2.6 + 0.2 * rows, sharey=True)
+    height, legend = legend_below(len(curves) + 1)  # one line per branch
+    fig, axes = subplots(max(len(splits), 1), height=height, sharey=True)
     for ax, split in zip(axes, splits):
         for k, (name, lines) in enumerate(curves.items()):
             points = branch_points(lines, split, level)
@@ -825,7 +832,7 @@ def branches_figure(curves: dict[str, list[dict]], level: str = "level 3"):
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("greedy success")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=7)
-    fig.tight_layout(rect=(0, min(0.2 * rows / (2.6 + 0.2 * rows), 0.5), 1, 1))
+    fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
 
 
