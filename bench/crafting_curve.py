@@ -245,7 +245,7 @@ def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
 def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
     """A new curve that starts from another curve's checkpoint taken at the end of its SFT phase: the same
     cold start (weights, optimizer, counters, clocks), then this recipe's RL settings (for example RL without
-    the candidate mask). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
+    the candidate mask, or training worlds drawn in other proportions). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
     stay in the source's curve, which the header names."""
     source = Path(opts.branch_from) / "checkpoint.pt"
     if not source.exists():
@@ -259,6 +259,8 @@ def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
                          "source's and branch once its SFT phase has ended)")
     # read the source's configuration as a saved one is read: settings added since take their defaults
     theirs, mine = TrainConfig.from_dict(parent["config"]).to_dict(), cfg.to_dict()
+    for c in (theirs, mine):  # options that only draw training tasks do not change the cold start
+        c["env_options"] = {k: v for k, v in c["env_options"].items() if k not in run.env.draw_options}
     differs = [k for k in ("env", "env_options", "seed", "model", "sft") if theirs.get(k) != mine.get(k)]
     if differs:
         raise ValueError(f"--branch-from {opts.branch_from}: the source trained another cold start "
@@ -341,7 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="a TrainConfig keyword on top of the recipe (repeatable), e.g. --set sft_lr=2e-3")
     p.add_argument("--branch-from", type=Path, default=None, metavar="RUN_DIR",
                    help="start from another curve's run folder at the end of its SFT phase (same recipe, SFT, "
-                   "model and environment settings; other RL settings, e.g. --set candidate_mask=false)")
+                   "model and environment settings, but for options that only draw training worlds such as "
+                   "level_weights; other RL settings, e.g. --set candidate_mask=false)")
     a = p.parse_args(argv)
     if not os.environ.get("PYTHONHASHSEED"):  # string hashing orders sets: a resumed process must hash alike
         p.error("set PYTHONHASHSEED (make crafting-curve sets 0), so that a resumed run hashes as it did")

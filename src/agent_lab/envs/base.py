@@ -126,6 +126,10 @@ class TextEnv(ABC):
     max_action_words: int = 1
     max_action_chars: int = MAX_ACTION_CHARS
     splits: tuple[str, ...] = ()
+    #: Options that change only which training tasks are drawn -- not the vocabulary, a prompt, a
+    #: demonstration's text or an evaluation world -- so a run may change them between its phases (a
+    #: curve's RL branch may draw its worlds otherwise than the SFT phase it starts from).
+    draw_options: tuple[str, ...] = ()
 
     def __init__(self, *, invalid_action: str = "spend_turn", turn_limit: int | None = None, **options: Any):
         self.invalid_action = check_choice("invalid_action", invalid_action, INVALID_RULES)

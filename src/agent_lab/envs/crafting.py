@@ -129,6 +129,7 @@ class Crafting(TextEnv):
     name = "crafting"
     max_action_words = 3
     splits = ("test", "held_out_goals", "deeper")
+    draw_options = ("level_weights",)
 
     def __init__(
         self,
