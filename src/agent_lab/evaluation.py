@@ -9,7 +9,7 @@ the *same* tasks, and the gap between them.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,10 @@ class EvalReport:
     mean_return: float
     mean_turns: float
     temperature: float = 1.0
-    by_group: dict = field(default_factory=dict)  # e.g. crafting depth -> {n, success, ci_low, ci_high, optimum}
+    #: e.g. crafting level -> {n, success, ci_low, ci_high, optimum, failures}; ``failures`` counts the failed
+    #: episodes by :func:`first_refusal`, most common first
+    by_group: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)  # the same count over all tasks
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -74,6 +77,16 @@ class EvalReport:
             s += (f"\n  {g}: success {r['success']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}] (n={r['n']}), "
                   f"planner {r['optimum']:.3f}")
         return s
+
+
+#: How :func:`first_refusal` names a failed episode none of whose actions was refused (it ran out of turns).
+NO_REFUSAL = "no refusal"
+
+
+def first_refusal(log: dict) -> str:
+    """Why an episode went wrong first: the error of its first refused action (``"missing ingredients"``,
+    ``"unknown item"``, ...), or :data:`NO_REFUSAL` when every action executed."""
+    return next((t["error"] for t in log["turns"] if t.get("error")), NO_REFUSAL)
 
 
 def _task_group(task: Any) -> Any:
@@ -152,33 +165,36 @@ def evaluate(
     batch_size = batch_size or eval_batch_size(policy)
     dev = policy.tok_emb.weight.device
     gen = torch.Generator(device=dev).manual_seed(seed)
-    succ, rets, turns = [], [], []
+    succ, rets, turns, why = [], [], [], []
     for i in range(0, len(run), batch_size):
         b = collect_rollouts(policy, tokenizer, env, run[i : i + batch_size], sampling, gen)
         succ += b.success.tolist()
         rets += b.episode_return.tolist()
         turns += b.num_turns.tolist()
+        why += [None if ok else first_refusal(log) for ok, log in zip(b.success.tolist(), b.episode_logs)]
     del b
     release_freed_memory()  # the batches' caches, of a new shape each time: held, they add up over evaluations
     opt = _planner_success(env, tasks)
     opt_run = [o for o in opt for _ in range(samples_per_task)]
     n, k = len(run), int(sum(succ))
     lo, hi = wilson_interval(k, n)
-    groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0})
-    for task, s, o in zip(run, succ, opt_run):
+    groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0, "failures": Counter()})
+    for task, s, o, w in zip(run, succ, opt_run, why):
         g = _task_group(task)
         if g is not None:
             groups[g]["n"] += 1
             groups[g]["successes"] += int(s)
             groups[g]["opt"] += o
+            groups[g]["failures"].update([w] if w else [])
     by_group = {}
     for g, v in groups.items():
         g_lo, g_hi = wilson_interval(v["successes"], v["n"])
         by_group[g] = {"n": v["n"], "success": v["successes"] / v["n"], "ci_low": g_lo, "ci_high": g_hi,
-                       "optimum": v["opt"] / v["n"]}
+                       "optimum": v["opt"] / v["n"], "failures": dict(v["failures"].most_common())}
     optimum = sum(opt_run) / n
     return EvalReport(
         env=getattr(env, "name", type(env).__name__), split=split, decoding=decoding, n=n, successes=k,
         success=k / n, ci_low=lo, ci_high=hi, optimum=optimum, gap=optimum - k / n,
         mean_return=sum(rets) / n, mean_turns=sum(turns) / n, temperature=temperature, by_group=by_group,
+        failures=dict(Counter(w for w in why if w).most_common()),
     )

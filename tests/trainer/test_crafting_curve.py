@@ -220,3 +220,35 @@ def test_rl_lines_carry_the_sampled_batches_diagnostics_since_the_previous_line(
     assert C.rl_diagnostics(rows, 0, 3) == {"success": 0.5}
     assert C.rl_diagnostics(rows, 2, 4) == {"success": 0.75, "entropy": 2.0}
     assert C.rl_diagnostics(rows, 0, 2) == {}
+
+
+def _failures_script():
+    spec = importlib.util.spec_from_file_location("crafting_failures", BENCH / "crafting_failures.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_failures_merge_each_runs_failed_episodes_by_first_refusal_into_one_file(uninterrupted, tmp_path, capsys):
+    _, folder = uninterrupted
+    F, out = _failures_script(), tmp_path / "failures.json"
+    out.write_text(json.dumps({"another-run": {"step": 1}}))
+    F.main([f"tiny={folder}", "--per-level", "3", "--no-mask", "--out", str(out)])
+    saved = json.loads(out.read_text())
+    assert saved["another-run"] == {"step": 1}  # merged, not overwritten
+    record = saved["tiny"]
+    assert record["step"] == weights_step(folder) and record["candidate_mask"] is False
+    assert sorted(record["splits"]) == ["held_out_goals", "test"]
+    for levels in record["splits"].values():
+        assert sorted(levels) == ["level 1", "level 2", "level 3"]
+        for g in levels.values():
+            assert g["n"] == 3 and sum(g["failures"].values()) == g["n"] - g["successes"]
+    with pytest.raises(SystemExit):
+        F.main([str(tmp_path / "missing"), "--no-mask", "--out", str(out)])
+    assert "no checkpoint.pt there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the decoding must be said
+        F.main([str(folder), "--out", str(out)])
+
+
+def weights_step(folder: Path) -> int:
+    return torch.load(folder / "checkpoint.pt", weights_only=False)["step"]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from conftest import tiny_policy
 
 from agent_lab.envs import make_env
-from agent_lab.evaluation import evaluate, save_checkpoint, wilson_interval
+from agent_lab.evaluation import NO_REFUSAL, evaluate, first_refusal, save_checkpoint, wilson_interval
 from agent_lab.policy import WordTokenizer
+from agent_lab.rollout import SamplingConfig, collect_rollouts
 
 
 @pytest.mark.parametrize(("k", "n", "lo", "hi"), [(0, 10, 0.0, 0.27753), (5, 10, 0.23659, 0.76341),
@@ -72,6 +75,33 @@ def test_evaluate_reports_each_level_with_its_own_interval():
         k = round(g["success"] * g["n"])
         assert (g["ci_low"], g["ci_high"]) == wilson_interval(k, g["n"]) and g["ci_low"] <= g["success"] <= g["ci_high"]
     assert str(rep).count("[") == 1 + len(rep.by_group)  # the whole split's interval, then one per level
+
+
+def test_first_refusal_names_the_first_refused_action_or_none():
+    turns = [{"error": None}, {"error": "missing ingredients"}, {"error": "unknown item"}]
+    assert first_refusal({"turns": turns}) == "missing ingredients"
+    assert first_refusal({"turns": turns[:1]}) == NO_REFUSAL == first_refusal({"turns": []})
+
+
+def test_evaluate_counts_each_failed_episode_once_by_its_first_refusal_per_level():
+    env = make_env("crafting", eval_size=6)  # no mask: a random policy's actions are mostly refused
+    tok = WordTokenizer.from_env(env)
+    m = tiny_policy(tok)
+    rep = evaluate(m, env, "test", "greedy", tokenizer=tok, batch_size=4)
+    tasks = env.eval_tasks("test")
+    logs = collect_rollouts(m, tok, env, tasks, SamplingConfig(decoding="greedy"), torch.Generator()).episode_logs
+    expected = {}
+    for task, log in zip(tasks, logs):
+        if not log["success"]:
+            errors = [t["error"] for t in log["turns"] if t["error"]]
+            per_level = expected.setdefault(f"level {task['level']}", collections.Counter())
+            per_level[errors[0] if errors else NO_REFUSAL] += 1
+    assert expected, "the random policy fails some episodes"
+    for level, g in rep.by_group.items():
+        assert g["failures"] == dict(expected.get(level, {}))
+        assert sum(g["failures"].values()) == g["n"] - round(g["success"] * g["n"])
+        assert list(g["failures"].values()) == sorted(g["failures"].values(), reverse=True)
+    assert rep.failures == dict(sum(expected.values(), collections.Counter()))
 
 
 def test_eval_batches_hold_at_most_the_cache_budget_and_give_the_same_report(monkeypatch):
