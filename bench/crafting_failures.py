@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     machine = {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch": torch.__version__, "commit": commit()}
     out = {**old, **{name: {**r, **machine} for name, r in records.items()}}
     tmp = a.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
     tmp.replace(a.out)
     for name, r in records.items():
         for split, levels in r["splits"].items():

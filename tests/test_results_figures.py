@@ -386,6 +386,32 @@ def test_branches_are_told_by_their_parent_and_compared_from_their_cold_start():
     assert fig.get_size_inches()[0] == pytest.approx(rf.WIDTH) and len(fig.axes) == 2
     plt.close(fig)
 
+def _failures(successes: int, **by_kind: int) -> dict:
+    kinds = {k.replace("_", " "): n for k, n in by_kind.items()}
+    return {"n": 200, "successes": successes, "failures": kinds}
+
+
+def test_failures_are_read_per_record_and_split_with_the_kind_that_leads_everywhere():
+    records = {"cold": {"splits": {"test": {"level 3": _failures(114, missing_ingredients=76, unknown_item=10)},
+                                   "held_out_goals": {"level 3": _failures(116, missing_ingredients=65,
+                                                                           unknown_item=19)}}},
+               "rl": {"splits": {"test": {"level 3": _failures(125, missing_ingredients=61, unknown_item=14)},
+                                 "held_out_goals": {"level 3": _failures(130, missing_ingredients=53,
+                                                                         unknown_item=17)}}}}
+    f = rf.failures_facts(records)
+    assert f["top"] == "missing ingredients"
+    assert f["records"]["rl"]["test"] == {"n": 200, "failed": 75,
+                                          "by_kind": {"missing ingredients": 61, "unknown item": 14}}
+    records["rl"]["splits"]["test"]["level 3"] = _failures(125, unknown_item=61, missing_ingredients=14)
+    assert rf.failures_facts(records)["top"] is None  # another kind leads one record: no kind leads everywhere
+    assert rf.failures_facts(records, "level 2") == {"records": {"cold": {}, "rl": {}}, "top": None}
+    fig = rf.failures_figure(records)
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
+    bars = [p.get_width() for p in fig.axes[0].patches]  # test panel: per kind, a bar per record
+    assert bars == pytest.approx([76 / 200, 14 / 200, 10 / 200, 61 / 200])
+    plt.close(fig)
+
+
 def test_the_first_curve_to_the_target_by_seconds_and_by_demonstrations():
     slow_but_frugal = [HEADER, _curve_line("sample", 100, "sft", 900.0, 1.0, met=True),
                        _curve_line("confirm", 100, "sft", 900.0, 1.0, per_level=200, met=True)]

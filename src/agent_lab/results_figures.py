@@ -850,6 +850,48 @@ def branches_facts(curves: dict[str, list[dict]], level: str = "level 3") -> dic
     return {"changes": changes, "up": up, "down": down, "best": max(gains) if gains else None}
 
 
+def failures_facts(records: dict[str, dict], level: str = "level 3") -> dict:
+    """From ``bench/results/crafting_curve/failures.json``'s records (``bench/crafting_failures.py``): per
+    record and split, at ``level``, the episodes ``n``, the ``failed`` ones and their first refusals
+    ``by_kind`` (most common first); and ``top``, the kind that is the most common in every record and split,
+    or None when no one kind is."""
+    def ranked(counts: dict) -> dict:  # most common first, whatever order the file keeps
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    facts = {name: {split: {"n": g["n"], "failed": g["n"] - g["successes"], "by_kind": ranked(g["failures"])}
+                    for split, levels in r["splits"].items() if (g := levels.get(level))}
+             for name, r in records.items()}
+    tops = {max(f["by_kind"], key=f["by_kind"].get) if f["by_kind"] else None
+            for by in facts.values() for f in by.values()}
+    return {"records": facts, "top": tops.pop() if len(tops) == 1 else None}
+
+
+def failures_figure(records: dict[str, dict], level: str = "level 3"):
+    """Why greedy episodes fail at ``level``: a panel per split, a bar per record whose length is the share of
+    episodes failed, split by the failed episodes' first refused action."""
+    facts = failures_facts(records, level)["records"]
+    splits = sorted({s for by in facts.values() for s in by}, key=lambda s: (s != "test", s))  # test first
+    kinds = list(dict.fromkeys(k for by in facts.values() for f in by.values() for k in f["by_kind"]))
+    height, legend = legend_below((len(kinds) + 1) // 2, panel_height=1.2 + 0.35 * len(facts))
+    fig, axes = subplots(max(len(splits), 1), height=height, sharey=True)
+    names = list(facts)
+    for ax, split in zip(axes, splits):
+        left = [0.0] * len(names)
+        for k, kind in enumerate(kinds):
+            width = [facts[n][split]["by_kind"].get(kind, 0) / facts[n][split]["n"] if split in facts[n] else 0.0
+                     for n in names]
+            ax.barh(range(len(names)), width, left=left, color=COLORS[k % 10], label=kind)
+            left = [a + b for a, b in zip(left, width)]
+        ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
+        ax.set_xlabel("share of episodes failed")
+        ax.grid(alpha=0.3, axis="x")
+    axes[0].set_yticks(range(len(names)), names, fontsize=7)
+    axes[0].invert_yaxis()  # the first record at the top
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7,
+               title="first refused action")
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
+
+
 def first_to_target(curves: dict[str, list[dict]], x: str = "train_s") -> tuple[str, float] | None:
     """The curve whose confirmation met the target first on the axis ``x`` ("train_s" or "budget"), and
     where; None while no curve has."""
