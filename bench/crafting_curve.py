@@ -245,7 +245,8 @@ def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
 def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
     """A new curve that starts from another curve's checkpoint taken at the end of its SFT phase: the same
     cold start (weights, optimizer, counters, clocks), then this recipe's RL settings (for example RL without
-    the candidate mask, or training worlds drawn in other proportions). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
+    the candidate mask, or training worlds drawn in other proportions), or more SFT steps on a schedule of their
+    own (``sft_steps`` past the source's, say with ``steps=0``: SFT alone for the seconds RL would take). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
     stay in the source's curve, which the header names."""
     source = Path(opts.branch_from) / "checkpoint.pt"
     if not source.exists():
@@ -253,15 +254,18 @@ def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
                          "crafting curve whose SFT phase has ended")
     run = T.start_run(cfg, phases=("sft", "rl"), init=source)
     parent = run.driver_state.get("header")
-    if parent is None or run.step != cfg.sft.steps:
-        raise ValueError(f"--branch-from {opts.branch_from}: its checkpoint is at step {run.step}, not at the "
-                         f"end of an SFT phase of {cfg.sft.steps} steps as a curve (set sft_steps to the "
-                         "source's and branch once its SFT phase has ended)")
     # read the source's configuration as a saved one is read: settings added since take their defaults
-    theirs, mine = TrainConfig.from_dict(parent["config"]).to_dict(), cfg.to_dict()
+    theirs = TrainConfig.from_dict(parent["config"]).to_dict() if parent else {}
+    if parent is None or run.step != theirs["sft"]["steps"] or run.step > cfg.sft.steps:
+        raise ValueError(f"--branch-from {opts.branch_from}: its checkpoint is at step {run.step}, not at the "
+                         f"end of an SFT phase of at most {cfg.sft.steps} steps as a curve (branch once the "
+                         "source's SFT phase has ended, with its sft_steps or more)")
+    mine = cfg.to_dict()
     for c in (theirs, mine):  # options that only draw training tasks do not change the cold start
         c["env_options"] = {k: v for k, v in c["env_options"].items() if k not in run.env.draw_options}
-    differs = [k for k in ("env", "env_options", "seed", "model", "sft") if theirs.get(k) != mine.get(k)]
+    # a branch that goes on with SFT past the source's end sets its own schedule for the steps it adds
+    same = ("env", "env_options", "seed", "model") + (() if cfg.sft.steps > run.step else ("sft",))
+    differs = [k for k in same if theirs.get(k) != mine.get(k)]
     if differs:
         raise ValueError(f"--branch-from {opts.branch_from}: the source trained another cold start "
                          f"({', '.join(differs)} differ); give this curve the source's seed, SFT, model and "
@@ -344,7 +348,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--branch-from", type=Path, default=None, metavar="RUN_DIR",
                    help="start from another curve's run folder at the end of its SFT phase (same recipe, SFT, "
                    "model and environment settings, but for options that only draw training worlds such as "
-                   "level_weights; other RL settings, e.g. --set candidate_mask=false)")
+                   "level_weights; other RL settings, e.g. --set candidate_mask=false; or more SFT steps, "
+                   "e.g. --set sft_steps=8000 --set sft_lr_decay_steps=2200 --set steps=0)")
     a = p.parse_args(argv)
     if not os.environ.get("PYTHONHASHSEED"):  # string hashing orders sets: a resumed process must hash alike
         p.error("set PYTHONHASHSEED (make crafting-curve sets 0), so that a resumed run hashes as it did")

@@ -196,6 +196,16 @@ def test_a_branch_starts_rl_from_another_curves_cold_start_and_evaluates_it_as_i
     with pytest.raises(ValueError, match=r"another cold start \(env_options differ"):
         C.run_curve(options(tmp_path / "other-worlds", branch_from=tmp_path / "sft",
                             overrides={**unmasked, "env_options": {**env_options, "train_levels": [1, 2]}}))
+    # SFT alone may go on from the cold start, on a schedule of its own; it may not start before its end
+    more = {**unmasked, "sft_steps": 6, "sft_lr_decay_steps": 2, "sft_lr": 1e-2, "steps": 0}
+    path = C.run_curve(options(tmp_path / "more-sft", overrides=more, branch_from=tmp_path / "sft"))
+    more_lines = [json.loads(x) for x in path.read_text().splitlines()][1:]
+    assert [(x["step"], x["phase"]) for x in more_lines] == [(4, "sft"), (6, "sft"), (6, "sft")]
+    assert more_lines[-1]["demonstrations"] == src[-1]["demonstrations"] + 2 * TINY["sft_batch_size"]
+    assert more_lines[-1]["episodes"] == 0 and more_lines[-1]["kind"] == "confirm"
+    with pytest.raises(ValueError, match="not at the end of an SFT phase of at most 3 steps"):
+        C.run_curve(options(tmp_path / "less-sft", branch_from=tmp_path / "sft",
+                            overrides={**unmasked, "sft_steps": 3, "sft_lr_decay_steps": 1, "sft_slip_from": 2}))
     with pytest.raises(ValueError, match="no checkpoint.pt there"):
         C.run_curve(options(tmp_path / "none", overrides=unmasked, branch_from=tmp_path / "missing"))
 
