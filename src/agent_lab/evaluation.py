@@ -98,6 +98,25 @@ def _task_group(task: Any) -> Any:
     return None
 
 
+def _by_group(tasks: list, succ: list, opt: list[float], why: list[str | None]) -> dict:
+    """Per task group (:func:`_task_group`): episodes, success with its Wilson interval, the planner's success
+    and the failed episodes by first refusal (most common first); tasks without a group are left out."""
+    groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0, "failures": Counter()})
+    for task, s, o, w in zip(tasks, succ, opt, why):
+        g = _task_group(task)
+        if g is not None:
+            groups[g]["n"] += 1
+            groups[g]["successes"] += int(s)
+            groups[g]["opt"] += o
+            groups[g]["failures"].update([w] if w else [])
+    by_group = {}
+    for g, v in groups.items():
+        g_lo, g_hi = wilson_interval(v["successes"], v["n"])
+        by_group[g] = {"n": v["n"], "success": v["successes"] / v["n"], "ci_low": g_lo, "ci_high": g_hi,
+                       "optimum": v["opt"] / v["n"], "failures": dict(v["failures"].most_common())}
+    return by_group
+
+
 def _planner_success(env, tasks: list) -> list[float]:
     """Per-task planner success (``env.optimal_success`` on one task at a time, or a batch mean)."""
     return [float(env.optimal_success([t])) for t in tasks]
@@ -178,19 +197,7 @@ def evaluate(
     opt_run = [o for o in opt for _ in range(samples_per_task)]
     n, k = len(run), int(sum(succ))
     lo, hi = wilson_interval(k, n)
-    groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0, "failures": Counter()})
-    for task, s, o, w in zip(run, succ, opt_run, why):
-        g = _task_group(task)
-        if g is not None:
-            groups[g]["n"] += 1
-            groups[g]["successes"] += int(s)
-            groups[g]["opt"] += o
-            groups[g]["failures"].update([w] if w else [])
-    by_group = {}
-    for g, v in groups.items():
-        g_lo, g_hi = wilson_interval(v["successes"], v["n"])
-        by_group[g] = {"n": v["n"], "success": v["successes"] / v["n"], "ci_low": g_lo, "ci_high": g_hi,
-                       "optimum": v["opt"] / v["n"], "failures": dict(v["failures"].most_common())}
+    by_group = _by_group(run, succ, opt_run, why)
     optimum = sum(opt_run) / n
     return EvalReport(
         env=getattr(env, "name", type(env).__name__), split=split, decoding=decoding, n=n, successes=k,
