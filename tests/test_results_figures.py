@@ -386,6 +386,34 @@ def test_branches_are_told_by_their_parent_and_compared_from_their_cold_start():
     assert fig.get_size_inches()[0] == pytest.approx(rf.WIDTH) and len(fig.axes) == 2
     plt.close(fig)
 
+def _sft_branch(levels3: list[tuple[float, dict]]) -> list[dict]:
+    """SFT alone past CURVE's cold start (step 500, 200 s): an SFT sample of level 3 at each (seconds, level)."""
+    head = dict(HEADER, candidate_mask=False, parent=HEADER,
+                config={"sft": {"steps": 900}, "algorithm": {"steps": 0}})
+    return [head, _curve_line("sample", 500, "sft", 200.0, 1.0, level3=_level(0.5, 0.43, 0.57)),
+            *(_curve_line("sample", 500 + 100 * (k + 1), "sft", 200.0 + s, 1.0, level3=lv)
+              for k, (s, lv) in enumerate(levels3))]
+
+
+def test_sft_alone_is_set_beside_an_rl_branch_at_equal_seconds_since_the_cold_start():
+    rl = _branch(_level(0.7, 0.63, 0.76))  # 100 s and 200 s after the cold start
+    sft = _sft_branch([(90.0, _level(0.52, 0.45, 0.59)), (150.0, _level(0.55, 0.48, 0.62)),
+                       (260.0, _level(0.9, 0.85, 0.94))])
+    assert rf.is_sft_branch(sft) and not rf.is_sft_branch(rl) and not rf.is_sft_branch(CURVE)
+    assert [s for s, _ in rf.branch_points(sft, "test", "level 3", "train_s")] == [0, 90, 150, 260]
+    cmp = rf.equal_seconds(rl, sft, "test")
+    # the horizon is RL's last evaluation (200 s); SFT is read at its last sample before it (150 s)
+    assert (cmp["seconds"], cmp["rl_s"], cmp["sft_s"]) == (200.0, 200.0, 150.0)
+    assert cmp["rl"]["success"] == 0.7 and cmp["sft"]["success"] == 0.55
+    assert cmp["rl_above"] and not cmp["sft_above"]
+    later = rf.equal_seconds(rl, _sft_branch([(190.0, _level(0.9, 0.85, 0.94))]), "test")
+    assert later["sft_above"] and not later["rl_above"]
+    assert rf.equal_seconds(rl, sft[:2], "test") is None  # SFT alone has not evaluated past the cold start
+    fig = rf.branches_figure({"rl": rl, "sft alone": sft}, by="train_s")
+    assert fig.axes[0].get_xlabel() == rf.BRANCH_AXES["train_s"]
+    plt.close(fig)
+
+
 def _failures(successes: int, **by_kind: int) -> dict:
     kinds = {k.replace("_", " "): n for k, n in by_kind.items()}
     return {"n": 200, "successes": successes, "failures": kinds}

@@ -800,35 +800,62 @@ def is_branch(lines: list[dict]) -> bool:
     return bool(lines) and isinstance(lines[0].get("parent"), dict)
 
 
-def branch_points(lines: list[dict], split: str, level: str) -> list[tuple[int, dict]]:
-    """(RL steps since the cold start, the sample's record) of one split and level along a branch, the cold
-    start first at 0."""
+def is_sft_branch(lines: list[dict]) -> bool:
+    """Whether a branch goes on with SFT alone past its source's end (more SFT steps than its parent's): the
+    control that sets SFT beside RL from the same cold start."""
+    if not is_branch(lines):
+        return False
+    mine, theirs = lines[0].get("config") or {}, lines[0]["parent"].get("config") or {}
+    return (mine.get("sft") or {}).get("steps", 0) > (theirs.get("sft") or {}).get("steps", 0)
+
+
+#: How a branch's progress is counted: training steps, or training seconds, since its cold start.
+BRANCH_AXES = {"step": "RL steps from the cold start", "train_s": "training seconds since the cold start"}
+
+
+def branch_points(lines: list[dict], split: str, level: str, by: str = "step") -> list[tuple[float, dict]]:
+    """(steps, or training seconds with ``by="train_s"``, since the cold start; the sample's record) of one
+    split and level along a branch, the cold start first at 0."""
     body = evaluations(lines)
     if not body:
         return []
-    start = body[0]["step"]
-    return [(line["step"] - start, line["splits"][split][level]) for line in body
+    start = body[0][by]
+    return [(line[by] - start, line["splits"][split][level]) for line in body
             if level in line["splits"].get(split, {})]
 
 
-def branches_figure(curves: dict[str, list[dict]], level: str = "level 3"):
-    """The RL branches of one cold start side by side: ``level`` success against RL steps, a panel per
-    split, each evaluation with its Wilson 95% interval as an error bar."""
+def equal_seconds(rl: list[dict], sft: list[dict], split: str, level: str = "level 3") -> dict | None:
+    """An RL branch against SFT alone from the same cold start at equal training seconds: the horizon is the
+    shorter branch's last evaluation, each branch read at its last sample at or before it; whether either's
+    95% interval lies wholly above the other's. None until both have evaluated past the cold start."""
+    a, b = branch_points(rl, split, level, "train_s"), branch_points(sft, split, level, "train_s")
+    if len(a) < 2 or len(b) < 2:
+        return None
+    horizon = min(a[-1][0], b[-1][0])
+    (sa, ra), (sb, rb) = [p for p in a if p[0] <= horizon][-1], [p for p in b if p[0] <= horizon][-1]
+    return {"seconds": horizon, "rl": ra, "rl_s": sa, "sft": rb, "sft_s": sb,
+            "rl_above": interval_above(ra, rb), "sft_above": interval_above(rb, ra)}
+
+
+def branches_figure(curves: dict[str, list[dict]], level: str = "level 3", by: str = "step"):
+    """The branches of one cold start side by side: ``level`` success against steps (or training seconds,
+    ``by="train_s"``) since the cold start, a panel per split, each evaluation with its Wilson 95% interval
+    as an error bar."""
     splits = list(dict.fromkeys(s for lines in curves.values() for s in curve_levels(lines)[0]))
     height, legend = legend_below(len(curves) + 1)  # one line per branch
     fig, axes = subplots(max(len(splits), 1), height=height, sharey=True)
     for ax, split in zip(axes, splits):
         for k, (name, lines) in enumerate(curves.items()):
-            points = branch_points(lines, split, level)
+            points = branch_points(lines, split, level, by)
             if not points:
                 continue
-            x = [p + 2 * k for p, _ in points]  # a small offset keeps the bars of each branch apart
+            x = [p + (2 if by == "step" else 20) * k for p, _ in points]  # keeps each branch's bars apart
             y = [r["success"] for _, r in points]
             err = [[r["success"] - r["ci_low"] for _, r in points],
                    [r["ci_high"] - r["success"] for _, r in points]]
             ax.errorbar(x, y, yerr=err, color=COLORS[k % 10], marker="o", ms=4, capsize=3, lw=1.4, label=name)
         ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
-        ax.set_xlabel("RL steps from the cold start")
+        ax.set_xlabel(BRANCH_AXES[by])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("greedy success")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=7)
