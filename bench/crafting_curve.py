@@ -246,8 +246,9 @@ def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
     """A new curve that starts from another curve's checkpoint taken at the end of its SFT phase: the same
     cold start (weights, optimizer, counters, clocks), then this recipe's RL settings (for example RL without
     the candidate mask, or training worlds drawn in other proportions), or more SFT steps on a schedule of their
-    own (``sft_steps`` past the source's, say with ``steps=0``: SFT alone for the seconds RL would take). Its first line evaluates the cold start as this curve decodes; the source's SFT lines
-    stay in the source's curve, which the header names."""
+    own (``sft_steps`` past the source's, say with ``steps=0``: SFT alone for the seconds RL would take). Its
+    first line evaluates the cold start as this curve decodes; the source's SFT lines stay in the source's
+    curve, which the header names."""
     source = Path(opts.branch_from) / "checkpoint.pt"
     if not source.exists():
         raise ValueError(f"--branch-from {opts.branch_from}: no checkpoint.pt there; pass the run folder of a "
