@@ -9,7 +9,8 @@ Each run folder's ``checkpoint.pt`` is decoded greedily on the same fixed worlds
 without it (``--mask`` / ``--no-mask``: say which; the RL branches of a curve decode without it). Each record
 is named ``NAME`` (the name of the run's curve in ``bench/results/crafting_curve/``, say) or else after the
 folder, and merged into ``--out`` (written whole, then moved into place), so a later call adds runs without
-touching the others. A record holds the checkpoint's step, the decoding and, per split and level, the episodes, the successes and the failed episodes by first refusal, most common first.
+touching the others. A record holds the checkpoint's step, the decoding and, per split and level, the
+episodes, the successes and the failed episodes by first refusal, most common first.
 """
 
 from __future__ import annotations
