@@ -262,6 +262,33 @@ def test_invalid_rules_and_running_out_of_steps():
     assert env.step(["get axe 1"]).truncated[0]
 
 
+@pytest.mark.parametrize("rule", ["spend_turn", "end_episode"])
+def test_invalid_penalty_charges_each_invalid_action_and_leaves_success_and_task_reward_alone(rule):
+    env, world = small_env_and_world(invalid_penalty=0.25, invalid_action=rule)
+    plan = ["get axe 2", "get clay 1", "craft plank", "craft plank", "craft pot"]
+    texts = [plan, ["craft pot", "get plank 1", "get axe 2", "get clay 1", "craft plank", "craft plank"]]
+    env.reset([world, world])
+    rewards, success = [], None
+    for t in range(6):
+        step = env.step([row[t] if t < len(row) else "" for row in texts])
+        rewards.append(step.rewards.tolist())
+        success = step.success if t == 4 else success
+    logs = env.episode_logs()
+    assert [t["reward"] for t in logs[0]["turns"]] == [0, 0, 0, 0, 1.0] and success[0]
+    charged = [t["reward"] for t in logs[1]["turns"]]
+    if rule == "spend_turn":  # two refusals, then the plan's first four steps before the budget runs out
+        assert charged == [-0.25, -0.25, 0, 0, 0, 0] and logs[1]["return"] == -0.5 and not logs[1]["success"]
+    else:
+        assert charged == [-0.25] and logs[1]["done"]
+    assert all(t["task_reward"] == 0 for t in logs[1]["turns"])
+    assert [replay(e)["return"] for e in logs] == [e["return"] for e in logs]
+    plain, _ = small_env_and_world()
+    assert plain.invalid_penalty == 0.0
+    for bad in (-0.1, float("nan"), float("inf"), "0.1", True):
+        with pytest.raises(ValueError, match="invalid_penalty must be a finite number >= 0"):
+            make_env("crafting", invalid_penalty=bad)
+
+
 def test_one_bad_text_affects_only_its_episode():
     env = make_env("crafting")
     tasks = env.eval_tasks("test", 4)

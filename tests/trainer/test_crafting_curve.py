@@ -188,11 +188,13 @@ def test_a_branch_starts_rl_from_another_curves_cold_start_and_evaluates_it_as_i
     with pytest.raises(ValueError, match="another cold start"):
         C.run_curve(options(tmp_path / "other", overrides={**TINY, "sft_lr": 1e-2},
                             branch_from=tmp_path / "sft"))
-    # RL may draw its training worlds in other proportions; an option that changes the worlds may not differ
+    # RL may draw its training worlds in other proportions, or charge invalid actions; an option that changes
+    # the worlds may not differ
     env_options = C.recipe("crafting-quick").env_options
-    weighted = {**unmasked, "env_options": {**env_options, "level_weights": [0, 1, 2]}}
+    rl_only = {"level_weights": [0, 1, 2], "invalid_penalty": 0.1}
+    weighted = {**unmasked, "env_options": {**env_options, **rl_only}}
     path = C.run_curve(options(tmp_path / "weighted", overrides=weighted, branch_from=tmp_path / "sft"))
-    assert json.loads(path.read_text().splitlines()[0])["config"]["env_options"]["level_weights"] == [0, 1, 2]
+    assert json.loads(path.read_text().splitlines()[0])["config"]["env_options"] == {**env_options, **rl_only}
     with pytest.raises(ValueError, match=r"another cold start \(env_options differ"):
         C.run_curve(options(tmp_path / "other-worlds", branch_from=tmp_path / "sft",
                             overrides={**unmasked, "env_options": {**env_options, "train_levels": [1, 2]}}))

@@ -18,6 +18,7 @@ so the value after it is exactly zero and it is a termination, not a truncation;
 from __future__ import annotations
 
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,14 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def check_penalty(name: str, value: Any) -> float:
+    """``value`` as a finite float ``>= 0``, or a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
     """``value`` if it is one of ``choices``, else a ``ValueError`` listing them."""
     if value not in choices:
@@ -126,10 +135,14 @@ class TextEnv(ABC):
     max_action_words: int = 1
     max_action_chars: int = MAX_ACTION_CHARS
     splits: tuple[str, ...] = ()
-    #: Options that change only which training tasks are drawn -- not the vocabulary, a prompt, a
-    #: demonstration's text or an evaluation world -- so a run may change them between its phases (a
-    #: curve's RL branch may draw its worlds otherwise than the SFT phase it starts from).
-    draw_options: tuple[str, ...] = ()
+    #: Options that change only what RL trains on -- which training tasks are drawn and what an episode pays
+    #: -- not the vocabulary, a prompt, a demonstration's text, an evaluation world or ``success``; SFT reads
+    #: no reward, so a run may change them between its phases (a curve's RL branch may draw its worlds, or pay
+    #: its episodes, otherwise than the SFT phase it starts from).
+    rl_options: tuple[str, ...] = ()
+    #: What an invalid action costs: subtracted from that turn's reward, never from ``task_reward``. 0 unless a
+    #: subclass takes it as an option.
+    invalid_penalty: float = 0.0
 
     def __init__(self, *, invalid_action: str = "spend_turn", turn_limit: int | None = None, **options: Any):
         self.invalid_action = check_choice("invalid_action", invalid_action, INVALID_RULES)
@@ -260,7 +273,7 @@ class TextEnv(ABC):
             timeout = not ended and self._turns_left(state) <= 0
             cut = not ended and not timeout and self.turn_limit is not None and self._turns[i] >= self.turn_limit
             done = ended or timeout or cut
-            reward = task_reward + self._shaping(before, state, done)
+            reward = task_reward + self._shaping(before, state, done) - (self.invalid_penalty if action is None else 0.0)
             observations[i] = obs
             rewards[i] = reward
             truncated[i] = cut

@@ -50,6 +50,13 @@ steps at the start)`` (net shaping ``+scale``). The potentials depend on the inv
 items were crafted, both visible in the history. ``StepBatch.success`` and the log's ``task_reward``
 are always unshaped.
 
+A charge for invalid actions (``invalid_penalty = c``): each invalid action's reward is ``-c``. It is not
+potential-based, so it can change which policies are optimal -- but only by ranking those that solve the
+task without an invalid action above those that solve it with some: under ``"spend_turn"`` a refused action
+leaves the inventory as it was and spends a step, so it never helps, and a shortest plan never needs one.
+Unlike success, the charge differs between two failed episodes (or two solved ones), so it gives group
+baselines a signal in groups whose episodes all fail or all succeed.
+
 Evaluation splits, fixed by seed ranges: ``"test"`` new worlds at the trained levels, ``"held_out_goals"``
 goals from :data:`~agent_lab.envs.crafting_world.HELD_OUT_GOALS` (never a training goal), ``"deeper"``
 worlds one level deeper than trained. Training worlds draw their level uniformly from ``train_levels``, or in
@@ -76,7 +83,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from agent_lab.envs.base import OPEN_ENDED, TextEnv, as_rng, check_bool, check_choice, check_int
+from agent_lab.envs.base import OPEN_ENDED, TextEnv, as_rng, check_bool, check_choice, check_int, check_penalty
 from agent_lab.envs.crafting_world import (
     ITEM_NAMES,
     LEVELS,
@@ -129,7 +136,7 @@ class Crafting(TextEnv):
     name = "crafting"
     max_action_words = 3
     splits = ("test", "held_out_goals", "deeper")
-    draw_options = ("level_weights",)
+    rl_options = ("level_weights", "invalid_penalty", "shaping", "shaping_scale", "shaping_gamma")
 
     def __init__(
         self,
@@ -142,6 +149,7 @@ class Crafting(TextEnv):
         mask_actions: bool = False,
         eval_size: int = 60,
         invalid_action: str = "spend_turn",
+        invalid_penalty: float = 0.0,  # subtracted from the reward of each invalid action (task_reward unchanged)
         turn_limit: int | None = None,
         plan: str = "fetch_first",
         level_weights: Sequence[float] | None = None,  # training draws: one weight per sorted train level
@@ -180,6 +188,7 @@ class Crafting(TextEnv):
         super().__init__(
             invalid_action=invalid_action,
             turn_limit=turn_limit,
+            invalid_penalty=check_penalty("invalid_penalty", invalid_penalty),
             train_levels=levels,
             deeper_level=deeper_level,
             max_get=max_get,
