@@ -386,6 +386,22 @@ def test_branches_are_told_by_their_parent_and_compared_from_their_cold_start():
     assert fig.get_size_inches()[0] == pytest.approx(rf.WIDTH) and len(fig.axes) == 2
     plt.close(fig)
 
+
+def test_a_legend_of_long_names_keeps_what_tells_them_apart():
+    names = ["full-rl-fresh-lr1e-4-levels012-seed0", "full-rl-fresh-lr1e-4-gigpo-seed0", "full-rl-lr1e-4-seed0"]
+    short, shared = rf.distinct_names(names)
+    assert list(short.values()) == ["fresh-lr1e-4-levels012", "fresh-lr1e-4-gigpo", "lr1e-4"]
+    assert shared == "full-rl-…-seed0"
+    # every name keeps a word, even one that is all shared words; one name, or none, is kept whole
+    assert rf.distinct_names(["a-b", "a-b-c"]) == ({"a-b": "b", "a-b-c": "b-c"}, "a-…")
+    assert rf.distinct_names(["x-seed0", "y-seed0"]) == ({"x-seed0": "x", "y-seed0": "y"}, "…-seed0")
+    assert rf.distinct_names(["only-one"]) == ({"only-one": "only-one"}, "")
+    assert rf.distinct_names(["p", "q"]) == ({"p": "p", "q": "q"}, "")
+    fig = rf.branches_figure({n: _branch(_level(0.7, 0.63, 0.76)) for n in names})
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == list(short.values())
+    assert fig.legends[0].get_title().get_text() == shared
+    plt.close(fig)
+
 def _sft_branch(levels3: list[tuple[float, dict]]) -> list[dict]:
     """SFT alone past CURVE's cold start (step 500, 200 s): an SFT sample of level 3 at each (seconds, level)."""
     head = dict(HEADER, candidate_mask=False, parent=HEADER,

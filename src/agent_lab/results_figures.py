@@ -837,12 +837,31 @@ def equal_seconds(rl: list[dict], sft: list[dict], split: str, level: str = "lev
             "rl_above": interval_above(ra, rb), "sft_above": interval_above(rb, ra)}
 
 
+def distinct_names(names: list[str], sep: str = "-") -> tuple[dict[str, str], str]:
+    """Each name without the ``sep``-separated words all of them begin and end with, and the shared words as
+    ``"begin…end"`` ("" when there are none): a legend of several long names shows what tells them apart.
+    Every name keeps at least one word; a single name is kept whole."""
+    if len(names) < 2:
+        return {n: n for n in names}, ""
+    words = [n.split(sep) for n in names]
+    head = tail = 0
+    while all(len(w) > head + 1 and w[head] == words[0][head] for w in words):
+        head += 1
+    while all(len(w) > head + tail + 1 and w[-1 - tail] == words[0][-1 - tail] for w in words):
+        tail += 1
+    short = {n: sep.join(w[head:len(w) - tail]) for n, w in zip(names, words)}
+    begin, end = sep.join(words[0][:head]), sep.join(words[0][len(words[0]) - tail:])
+    shared = f"{begin}{sep if begin else ''}…{sep if end else ''}{end}" if head or tail else ""
+    return short, shared
+
+
 def branches_figure(curves: dict[str, list[dict]], level: str = "level 3", by: str = "step"):
     """The branches of one cold start side by side: ``level`` success against steps (or training seconds,
     ``by="train_s"``) since the cold start, a panel per split, each evaluation with its Wilson 95% interval
-    as an error bar."""
+    as an error bar; the legend names each branch by what its name does not share with the others."""
     splits = list(dict.fromkeys(s for lines in curves.values() for s in curve_levels(lines)[0]))
-    height, legend = legend_below(len(curves) + 1)  # one line per branch
+    height, legend = legend_below(len(curves) + 2)  # one line per branch, and the shared words
+    short, shared = distinct_names(list(curves))
     fig, axes = subplots(max(len(splits), 1), height=height, sharey=True)
     for ax, split in zip(axes, splits):
         for k, (name, lines) in enumerate(curves.items()):
@@ -853,12 +872,14 @@ def branches_figure(curves: dict[str, list[dict]], level: str = "level 3", by: s
             y = [r["success"] for _, r in points]
             err = [[r["success"] - r["ci_low"] for _, r in points],
                    [r["ci_high"] - r["success"] for _, r in points]]
-            ax.errorbar(x, y, yerr=err, color=COLORS[k % 10], marker="o", ms=4, capsize=3, lw=1.4, label=name)
+            ax.errorbar(x, y, yerr=err, color=COLORS[k % 10], marker="o", ms=4, capsize=3, lw=1.4,
+                        label=short[name])
         ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
         ax.set_xlabel(BRANCH_AXES[by])
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("greedy success")
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=7)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=1, fontsize=7,
+               title=shared or None, title_fontsize=7)
     fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
 
