@@ -245,8 +245,9 @@ def open_run(opts: CurveOptions, argv: list[str]) -> T.Run:
 def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
     """A new curve that starts from another curve's checkpoint taken at the end of its SFT phase: the same
     cold start (weights, optimizer, counters, clocks), then this recipe's RL settings (for example RL without
-    the candidate mask, training worlds drawn in other proportions, or a charge for invalid actions), or more SFT steps on a schedule of their
-    own (``sft_steps`` past the source's, say with ``steps=0``: SFT alone for the seconds RL would take). Its
+    the candidate mask, training worlds drawn in other proportions, or a charge for invalid actions), or more
+    SFT steps on a schedule of their own (``sft_steps`` past the source's, say with ``steps=0``: SFT alone for
+    the seconds RL would take). Its
     first line evaluates the cold start as this curve decodes; the source's SFT lines stay in the source's
     curve, which the header names."""
     source = Path(opts.branch_from) / "checkpoint.pt"
@@ -262,7 +263,7 @@ def branch(opts: CurveOptions, cfg: TrainConfig, argv: list[str]) -> T.Run:
                          f"end of an SFT phase of at most {cfg.sft.steps} steps as a curve (branch once the "
                          "source's SFT phase has ended, with its sft_steps or more)")
     mine = cfg.to_dict()
-    for c in (theirs, mine):  # options that only draw or pay RL's training episodes do not change the cold start
+    for c in (theirs, mine):  # options that only draw or pay RL's episodes do not change the cold start
         c["env_options"] = {k: v for k, v in c["env_options"].items() if k not in run.env.rl_options}
     # a branch that goes on with SFT past the source's end sets its own schedule for the steps it adds
     same = ("env", "env_options", "seed", "model") + (() if cfg.sft.steps > run.step else ("sft",))

@@ -402,6 +402,7 @@ def test_a_legend_of_long_names_keeps_what_tells_them_apart():
     assert fig.legends[0].get_title().get_text() == shared
     plt.close(fig)
 
+
 def _sft_branch(levels3: list[tuple[float, dict]]) -> list[dict]:
     """SFT alone past CURVE's cold start (step 500, 200 s): an SFT sample of level 3 at each (seconds, level)."""
     head = dict(HEADER, candidate_mask=False, parent=HEADER,

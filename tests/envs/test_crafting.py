@@ -268,13 +268,10 @@ def test_invalid_penalty_charges_each_invalid_action_and_leaves_success_and_task
     plan = ["get axe 2", "get clay 1", "craft plank", "craft plank", "craft pot"]
     texts = [plan, ["craft pot", "get plank 1", "get axe 2", "get clay 1", "craft plank", "craft plank"]]
     env.reset([world, world])
-    rewards, success = [], None
     for t in range(6):
-        step = env.step([row[t] if t < len(row) else "" for row in texts])
-        rewards.append(step.rewards.tolist())
-        success = step.success if t == 4 else success
+        env.step([row[t] if t < len(row) else "" for row in texts])
     logs = env.episode_logs()
-    assert [t["reward"] for t in logs[0]["turns"]] == [0, 0, 0, 0, 1.0] and success[0]
+    assert [t["reward"] for t in logs[0]["turns"]] == [0, 0, 0, 0, 1.0] and logs[0]["success"]
     charged = [t["reward"] for t in logs[1]["turns"]]
     if rule == "spend_turn":  # two refusals, then the plan's first four steps before the budget runs out
         assert charged == [-0.25, -0.25, 0, 0, 0, 0] and logs[1]["return"] == -0.5 and not logs[1]["success"]

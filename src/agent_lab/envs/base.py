@@ -98,7 +98,7 @@ def check_bool(name: str, value: Any) -> bool:
     return value
 
 
-def check_penalty(name: str, value: Any) -> float:
+def check_nonnegative(name: str, value: Any) -> float:
     """``value`` as a finite float ``>= 0``, or a ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(value) or value < 0:
@@ -273,7 +273,8 @@ class TextEnv(ABC):
             timeout = not ended and self._turns_left(state) <= 0
             cut = not ended and not timeout and self.turn_limit is not None and self._turns[i] >= self.turn_limit
             done = ended or timeout or cut
-            reward = task_reward + self._shaping(before, state, done) - (self.invalid_penalty if action is None else 0.0)
+            charge = self.invalid_penalty if action is None else 0.0
+            reward = task_reward + self._shaping(before, state, done) - charge
             observations[i] = obs
             rewards[i] = reward
             truncated[i] = cut

@@ -83,7 +83,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-from agent_lab.envs.base import OPEN_ENDED, TextEnv, as_rng, check_bool, check_choice, check_int, check_penalty
+from agent_lab.envs.base import OPEN_ENDED, TextEnv, as_rng, check_bool, check_choice, check_int, check_nonnegative
 from agent_lab.envs.crafting_world import (
     ITEM_NAMES,
     LEVELS,
@@ -188,7 +188,7 @@ class Crafting(TextEnv):
         super().__init__(
             invalid_action=invalid_action,
             turn_limit=turn_limit,
-            invalid_penalty=check_penalty("invalid_penalty", invalid_penalty),
+            invalid_penalty=check_nonnegative("invalid_penalty", invalid_penalty),
             train_levels=levels,
             deeper_level=deeper_level,
             max_get=max_get,
