@@ -20,7 +20,10 @@ freed memory never handed back: the recipe before it took micro-batches and the 
 arm records); ``sft-whole`` (the recipe's SFT step on its whole batch of demonstrations, not in micro-batches
 of 16; its RL piece is the recipe's); ``bf16-sft-whole`` (both); ``prefix`` (the prompt shown once and read
 both ways, ``prompt_attention="bidirectional"``, in place of the recipe's re-read prompt: SFT piece only, since
-the committed policy has the other shape) and ``prefix-bf16`` (with ``cpu_bf16`` too).
+the committed policy has the other shape), ``prefix-bf16`` (with ``cpu_bf16`` too) and ``compile`` (the
+teacher-forced pass of SFT and of the RL update through ``torch.compile`` with dynamic shapes; sampling's
+cached steps stay eager). Each piece's seconds include a compiled arm's first compilation; its median step
+does not.
 
 Figures are printed and written to ``bench/results/bench_crafting_profile.json``, section ``profile`` (or
 ``--section``'s name, so that a short run beside the committed one keeps it).
@@ -53,7 +56,8 @@ ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows"
         "bf16": {"cpu_bf16": True}, "sft-whole": {"sft_whole_batch": True},
         "bf16-sft-whole": {"cpu_bf16": True, "sft_whole_batch": True},
         "prefix": {"prompt_attention": "bidirectional", "no_reread": True},
-        "prefix-bf16": {"prompt_attention": "bidirectional", "no_reread": True, "cpu_bf16": True}}
+        "prefix-bf16": {"prompt_attention": "bidirectional", "no_reread": True, "cpu_bf16": True},
+        "compile": {"compile_training_pass": True}}
 #: Arm settings that change the policy's shape or its prompt, so the committed policy cannot start their RL piece.
 SFT_ONLY = ("prompt_attention", "no_reread")
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "sft_batch_size": 4, "batch_size": 8, "group_size": 4}
@@ -73,6 +77,7 @@ def _piece(name: str, run, sft: bool) -> dict:
     # the dtype the run computed in, as the trainer chose it
     dtype, precision = autocast_dtype(pick_device(cfg.run.device), cfg.run.bf16, cfg.run.cpu_bf16)
     return {"piece": name, "peak_gb": mem["peak_gb"], "profile": profile, "precision": precision,
+            "median_step_s": statistics.median(r["step_s"] for r in rows),
             "dtype": str(dtype or "torch.float32").removeprefix("torch."),
             "flops_per_token": train_flops_per_token(result.policy, context)}
 
@@ -86,6 +91,10 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False
     settings = {**ARMS[arm], **(TINY if tiny else {})}
     if settings.pop("keep_freed_memory", False):
         trainer.HeapTrimmer.__call__ = lambda self, step_s: False
+    if settings.pop("compile_training_pass", False):  # sampling's cached steps stay eager
+        import torch
+        from agent_lab.policy.model import TinyTransformer
+        TinyTransformer.hidden_states = torch.compile(TinyTransformer.hidden_states, dynamic=True)
     if settings.pop("keep_finished_rows", False):  # every row through every cached step, as before
         rollout._Rollout._step_running = lambda self, ids, valid, pos: self.policy.step(ids, valid, self.cache, pos)
     # micro_batch_size applies to SFT and RL steps alike: this arm turns it off for the SFT piece only
@@ -153,6 +162,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
                 rows.append({"arm": arm, "round": rep + 1, "piece": piece["piece"], "peak_gb": piece["peak_gb"],
                              "steps": piece["profile"]["steps"], "seconds": piece["profile"]["seconds"],
                              "s_per_step": piece["profile"]["seconds"] / piece["profile"]["steps"],
+                             "median_step_s": piece["median_step_s"],
                              "shares": piece["profile"]["shares"], "precision": piece["precision"],
                              "peak_dtype": piece["dtype"], **rates})
     _print_ratios(rows)
@@ -165,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
 
 #: What _print_ratios compares, and its label.
 RATIOS = {"peak_gb": "peak memory (GB)", "s_per_step": "seconds per step",
+          "median_step_s": "median step (s)",
           "train_tokens_per_s": "tokens/s forward+backward", "rollout_tokens_per_s": "tokens/s sampled"}
 
 
