@@ -1,5 +1,7 @@
 """Why a crafting policy's greedy episodes fail: the failed episodes of each split and level counted by their
-first refused action (``agent_lab.evaluation.first_refusal``), for the checkpoints of crafting-curve runs.
+first mistake (``agent_lab.envs.crafting.first_mistake``: an item off the goal's tree, a craft short of an
+intermediate not crafted yet, of one crafted too few times or of a base item, another refusal, or none), for the
+checkpoints of crafting-curve runs.
 
     python bench/crafting_failures.py [NAME=]RUN_DIR [...] --per-level 200 --no-mask \\
         --out bench/results/crafting_curve/failures.json
@@ -10,7 +12,7 @@ without it (``--mask`` / ``--no-mask``: say which; the RL branches of a curve de
 is named ``NAME`` (the name of the run's curve in ``bench/results/crafting_curve/``, say) or else after the
 folder, and merged into ``--out`` (written whole, then moved into place), so a later call adds runs without
 touching the others. A record holds the checkpoint's step, the decoding and, per split and level, the
-episodes, the successes and the failed episodes by first refusal, most common first.
+episodes, the successes and the failed episodes by first mistake, most common first (``"by": "first mistake"``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from _results import commit, cpu_flags, cpu_model  # noqa: E402
 from agent_lab.checkpoints import load_checkpoint  # noqa: E402
 from agent_lab.config import TrainConfig  # noqa: E402
 from agent_lab.envs import make_env  # noqa: E402
+from agent_lab.envs.crafting import first_mistake  # noqa: E402
 from agent_lab.evaluation import evaluate  # noqa: E402
 
 SPLITS = ("test", "held_out_goals")  # the curve's splits
@@ -45,10 +48,11 @@ def failures(folder: Path, per_level: int, mask: bool) -> dict:
     for split in SPLITS:
         tasks = env.eval_tasks(split, per_level * len(env.train_levels))  # levels in turn, as the curve's
         rep = evaluate(policy, env, split, "greedy", tasks=tasks, tokenizer=tok, seed=cfg.seed,
-                       candidate_mask=mask)
+                       candidate_mask=mask, classify=first_mistake)
         splits[split] = {g: {"n": r["n"], "successes": round(r["success"] * r["n"]), "failures": r["failures"]}
                          for g, r in sorted(rep.by_group.items())}
-    return {"step": saved["step"], "candidate_mask": mask, "per_level": per_level, "splits": splits}
+    return {"step": saved["step"], "candidate_mask": mask, "per_level": per_level, "by": "first mistake",
+            "splits": splits}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         for split, levels in r["splits"].items():
             for level, g in levels.items():
                 print(f"{name} step {r['step']} {split} {level}: {g['successes']}/{g['n']} solved; failed by first "
-                      f"refusal: {g['failures']}")
+                      f"mistake: {g['failures']}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ class EvalReport:
     mean_turns: float
     temperature: float = 1.0
     #: e.g. crafting level -> {n, success, ci_low, ci_high, optimum, failures}; ``failures`` counts the failed
-    #: episodes by :func:`first_refusal`, most common first
+    #: episodes by evaluate's ``classify`` (:func:`first_refusal` unless told), most common first
     by_group: dict = field(default_factory=dict)
     failures: dict = field(default_factory=dict)  # the same count over all tasks
 
@@ -100,7 +101,7 @@ def _task_group(task: Any) -> Any:
 
 def _by_group(tasks: list, succ: list, opt: list[float], why: list[str | None]) -> dict:
     """Per task group (:func:`_task_group`): episodes, success with its Wilson interval, the planner's success
-    and the failed episodes by first refusal (most common first); tasks without a group are left out."""
+    and the failed episodes by their kind (most common first); tasks without a group are left out."""
     groups: dict = defaultdict(lambda: {"n": 0, "successes": 0, "opt": 0.0, "failures": Counter()})
     for task, s, o, w in zip(tasks, succ, opt, why):
         g = _task_group(task)
@@ -152,6 +153,7 @@ def evaluate(
     batch_size: int | None = None,
     samples_per_task: int = 1,
     device: str | torch.device | None = None,
+    classify: Callable[[dict], str] = first_refusal,
 ) -> EvalReport:
     """Evaluate a frozen policy on held-out tasks; return an :class:`EvalReport`.
 
@@ -159,7 +161,8 @@ def evaluate(
     ``env.eval_tasks(split)``. ``decoding="sampled"`` draws ``samples_per_task`` episodes per task at
     ``temperature`` with a generator seeded by ``seed``. No gradients are taken and the policy's weights
     are left untouched (it is put in eval mode for the duration). Episodes run ``batch_size`` at a time
-    (default :func:`eval_batch_size`).
+    (default :func:`eval_batch_size`). Failed episodes are counted by ``classify(log)`` of their episode log
+    (default :func:`first_refusal`; crafting's :func:`~agent_lab.envs.crafting.first_mistake` says more).
     """
     if isinstance(policy_or_checkpoint, (str, Path)):
         policy, tokenizer, _ = load_checkpoint(policy_or_checkpoint, device or "cpu")
@@ -190,7 +193,7 @@ def evaluate(
         succ += b.success.tolist()
         rets += b.episode_return.tolist()
         turns += b.num_turns.tolist()
-        why += [None if ok else first_refusal(log) for ok, log in zip(b.success.tolist(), b.episode_logs)]
+        why += [None if ok else classify(log) for ok, log in zip(b.success.tolist(), b.episode_logs)]
     del b
     release_freed_memory()  # the batches' caches, of a new shape each time: held, they add up over evaluations
     opt = _planner_success(env, tasks)

@@ -12,7 +12,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from agent_lab.envs import make_env, replay
-from agent_lab.envs.crafting import PLANS
+from agent_lab.envs.crafting import MISTAKES, PLANS, first_mistake
 from agent_lab.envs.crafting_world import (
     HELD_OUT_GOALS,
     ITEM_NAMES,
@@ -674,3 +674,35 @@ def test_private_worlds_come_from_seeds_outside_every_named_split():
         env.private_worlds([1_000_003], 1)  # a test-split world
     with pytest.raises(ValueError, match="goals must be one of"):
         env.private_worlds(seeds, 1, "test")
+
+
+def _mistake_world() -> dict:
+    """goal <- 2 mid + 1 b, mid <- 2 a; a distractor <- c, off the goal's tree."""
+    a, b, c, mid, goal, other = ITEM_NAMES[:6]
+    recipes = {mid: {"yield": 1, "needs": {a: 2}}, goal: {"yield": 1, "needs": {mid: 2, b: 1}},
+               other: {"yield": 1, "needs": {c: 1}}}
+    return {"goal": goal, "base": [a, b, c], "recipes": recipes, "shown": [other, goal, mid], "budget": 6}
+
+
+@pytest.mark.parametrize("script, kind", [
+    (["get {c} 8", "get {a} 8", "craft x"], MISTAKES["off_tree"]),  # c is only the distractor's
+    (["get {a} 8", "craft {other}"], MISTAKES["off_tree"]),  # refused or not, another recipe's item counts first
+    (["get {a} 8", "get {b} 8", "craft {goal}"], MISTAKES["order"]),
+    (["get {a} 8", "get {b} 8", "craft {mid}", "craft {goal}"], MISTAKES["few_crafted"]),
+    (["get {a} 1", "craft {mid}"], MISTAKES["few_fetched"]),
+    (["get {b} 8", "craft {goal}"], MISTAKES["order"]),  # short of mid only: b is there
+    (["get {mid} 1"], "not a base item"),
+    (["get {a} 1"] * 6, MISTAKES["none"]),
+])
+def test_first_mistake_names_where_a_failed_episode_first_left_the_goals_plans(script, kind):
+    world = _mistake_world()
+    names = dict(zip(["a", "b", "c", "mid", "goal", "other"], ITEM_NAMES))
+    env = make_env("crafting", train_levels=[2])
+    env.reset([world])
+    for text in script:
+        if env.step([text.format(**names)]).done[0]:
+            break
+    log = env.episode_logs()[0]
+    assert not log["success"]
+    assert first_mistake(log) == kind
+

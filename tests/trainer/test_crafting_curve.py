@@ -241,7 +241,7 @@ def _failures_script():
     return mod
 
 
-def test_failures_merge_each_runs_failed_episodes_by_first_refusal_into_one_file(uninterrupted, tmp_path, capsys):
+def test_failures_merge_each_runs_failed_episodes_by_first_mistake_into_one_file(uninterrupted, tmp_path, capsys):
     _, folder = uninterrupted
     F, out = _failures_script(), tmp_path / "failures.json"
     out.write_text(json.dumps({"another-run": {"step": 1}}))
@@ -250,11 +250,13 @@ def test_failures_merge_each_runs_failed_episodes_by_first_refusal_into_one_file
     assert saved["another-run"] == {"step": 1}  # merged, not overwritten
     record = saved["tiny"]
     assert record["step"] == weights_step(folder) and record["candidate_mask"] is False
+    assert record["by"] == "first mistake"
     assert sorted(record["splits"]) == ["held_out_goals", "test"]
     for levels in record["splits"].values():
         assert sorted(levels) == ["level 1", "level 2", "level 3"]
         for g in levels.values():
             assert g["n"] == 3 and sum(g["failures"].values()) == g["n"] - g["successes"]
+            assert "missing ingredients" not in g["failures"]  # always named by what was short
     with pytest.raises(SystemExit):
         F.main([str(tmp_path / "missing"), "--no-mask", "--out", str(out)])
     assert "no checkpoint.pt there" in capsys.readouterr().err

@@ -9,6 +9,7 @@ import torch
 from conftest import tiny_policy
 
 from agent_lab.envs import make_env
+from agent_lab.envs.crafting import first_mistake
 from agent_lab.evaluation import NO_REFUSAL, evaluate, first_refusal, save_checkpoint, wilson_interval
 from agent_lab.policy import WordTokenizer
 from agent_lab.rollout import SamplingConfig, collect_rollouts
@@ -127,3 +128,14 @@ def test_eval_batches_hold_at_most_the_cache_budget_and_give_the_same_report(mon
     assert sizes == [16, 5, 5, 5, 1]
     assert (split.successes, split.mean_return, split.mean_turns) == (whole.successes, whole.mean_return,
                                                                       whole.mean_turns)
+
+
+def test_evaluate_counts_failed_crafting_episodes_by_first_mistake_when_told():
+    env = make_env("crafting", eval_size=6)
+    tok = WordTokenizer.from_env(env)
+    policy = tiny_policy(tok)
+    rep = evaluate(policy, env, "test", "greedy", tokenizer=tok, classify=first_mistake)
+    logs = collect_rollouts(policy, tok, env, env.eval_tasks("test"), SamplingConfig(decoding="greedy"),
+                            torch.Generator()).episode_logs
+    expected = collections.Counter(first_mistake(log) for log in logs if not log["success"])
+    assert expected and rep.failures == dict(expected)

@@ -102,7 +102,7 @@ from agent_lab.envs.crafting_world import (
     thought,
 )
 
-__all__ = ["Crafting", "SHAPINGS", "PLANS"]
+__all__ = ["Crafting", "SHAPINGS", "PLANS", "MISTAKES", "first_mistake"]
 
 SHAPINGS = ("none", "first_craft", "distance")
 # The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
@@ -114,7 +114,42 @@ PLANS = {
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
-_THINK_WORDS = ["think", ";"]  # added to the vocabulary only with think=True (other runs keep their vocabulary)
+_THINK_WORDS = ["think", ";"]
+#: What :func:`first_mistake` calls the first departure of a failed episode from the goal's plans.
+MISTAKES = {
+    "off_tree": "off the goal's tree",  # names an item the goal does not need: another recipe read
+    "order": "an intermediate not crafted yet",  # a craft before one of its crafted ingredients
+    "few_crafted": "an intermediate crafted too few times",  # crafted, but short of it: counts and yields
+    "few_fetched": "too few of a base item",  # short of a fetched ingredient: counts and yields
+    "none": "no refusal, on the tree",  # every action valid and needed: the budget ran out
+}  # added to the vocabulary only with think=True (other runs keep their vocabulary)
+
+
+def first_mistake(log: dict) -> str:
+    """Where a failed crafting episode (``env.episode_logs()`` entry) first went wrong, one of :data:`MISTAKES`'
+    values or another refusal's error: its first action that names an item outside the goal's tree; else its
+    first refused action, a ``missing ingredients`` refusal named by what was short (a base item, an intermediate
+    crafted before, or one not crafted yet); else no mistake before the budget ran out. Replays the logged
+    actions on the logged world, so it needs no environment."""
+    world = log["task"]
+    tree, inv, crafted = goal_tree(world), {}, set()
+    for turn in log["turns"]:
+        words = (turn["text"] or "").split()
+        if words[:1] == ["think"]:
+            continue
+        if len(words) >= 2 and words[0] in ("get", "craft") and words[1] not in tree:
+            return MISTAKES["off_tree"]
+        if turn["error"] == "missing ingredients":
+            needs = world["recipes"][words[1]]["needs"]
+            short = [y for y, n in needs.items() if inv.get(y, 0) < n]
+            if any(y not in world["recipes"] for y in short):
+                return MISTAKES["few_fetched"]
+            return MISTAKES["few_crafted"] if crafted & set(short) else MISTAKES["order"]
+        if turn["error"]:
+            return turn["error"]
+        inv = apply_action(world, inv, " ".join(words))
+        crafted.update(words[1:] if words[0] == "craft" else [])
+    return MISTAKES["none"]
 
 
 @dataclass
