@@ -14,7 +14,8 @@ commit, process id, the step it started from) and ``curve.jsonl``, the curve:
   phase): step, phase (``sft`` or ``rl``), demonstrations and RL episodes so far, the mean training loss since
   the previous line, training seconds and CPU seconds so far (evaluation excluded), the evaluation's seconds,
   and per split (``test``, ``held_out_goals``) and level the greedy success on ``--sample`` worlds per level
-  with its 95% Wilson interval, the planner's success on the same worlds and the share of it; ``target_met``;
+  with its 95% Wilson interval, the planner's success on the same worlds and the share of it, and the failed
+  episodes by first mistake (``agent_lab.envs.crafting.first_mistake``); ``target_met``;
   after RL steps, ``rl``: the sampled batches' diagnostics since the previous line (:data:`RL_DIAGNOSTICS`);
 * a ``confirm`` line when a sample meets the target, or when the recipe's steps run out: the same figures on
   ``--confirm`` worlds per level. Training stops when the confirmation meets the target too (or when the steps
@@ -48,6 +49,7 @@ from _results import commit, cpu_flags, cpu_model  # noqa: E402
 from agent_lab import timing  # noqa: E402
 from agent_lab import trainer as T  # noqa: E402
 from agent_lab.config import TrainConfig  # noqa: E402
+from agent_lab.envs.crafting import first_mistake  # noqa: E402
 from agent_lab.evaluation import evaluate  # noqa: E402
 from agent_lab.recipes import recipe  # noqa: E402
 
@@ -126,10 +128,11 @@ def evaluate_splits(run: T.Run, per_level: int) -> dict:
     for split in SPLITS:
         tasks = run.env.eval_tasks(split, per_level * levels)  # levels in turn: per_level worlds of each
         rep = evaluate(run.model, run.env, split, "greedy", tasks=tasks, tokenizer=run.tok, seed=run.cfg.seed,
-                       candidate_mask=run.cfg.sampling.candidate_mask)
+                       candidate_mask=run.cfg.sampling.candidate_mask, classify=first_mistake)
         out[split] = {g: {"n": r["n"], "successes": round(r["success"] * r["n"]), "success": r["success"],
                           "ci_low": r["ci_low"], "ci_high": r["ci_high"], "planner": r["optimum"],
-                          "share": r["success"] / r["optimum"] if r["optimum"] else None}
+                          "share": r["success"] / r["optimum"] if r["optimum"] else None,
+                          "mistakes": r["failures"]}
                       for g, r in sorted(rep.by_group.items())}
     return out
 

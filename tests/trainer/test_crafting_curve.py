@@ -97,6 +97,8 @@ def test_a_cut_off_curve_resumes_to_the_uninterrupted_one_bit_for_bit(uninterrup
     assert described == ("header", "crafting-quick", "greedy", True)
     assert {"cpu", "cpu_flags", "torch_threads", "command"} <= set(head) and head["torch_threads"] == 1
     assert all(x["loss"] is not None for x in lines[1:])
+    for g in (g for x in lines[1:] for levels in x["splits"].values() for g in levels.values()):
+        assert sum(g["mistakes"].values()) == g["n"] - g["successes"]  # each failed episode, by first mistake
     mine, theirs = weights(tmp_path), weights(whole)
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
     sessions = [json.loads(x) for x in (tmp_path / "sessions.jsonl").read_text().splitlines()]
