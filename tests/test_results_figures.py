@@ -444,13 +444,20 @@ def test_failures_are_read_per_record_and_split_with_the_kind_that_leads_everywh
                                  "held_out_goals": {"level 3": _failures(130, missing_ingredients=53,
                                                                          unknown_item=17)}}}}
     f = rf.failures_facts(records)
-    assert f["top"] == "missing ingredients"
+    assert f["top"] == "missing ingredients" and f["by"] == "first refused action"  # records from before "by"
     assert f["records"]["rl"]["test"] == {"n": 200, "failed": 75,
                                           "by_kind": {"missing ingredients": 61, "unknown item": 14}}
     records["rl"]["splits"]["test"]["level 3"] = _failures(125, unknown_item=61, missing_ingredients=14)
     assert rf.failures_facts(records)["top"] is None  # another kind leads one record: no kind leads everywhere
-    assert rf.failures_facts(records, "level 2") == {"records": {"cold": {}, "rl": {}}, "top": None}
+    assert rf.failures_facts(records, "level 2") == {"records": {"cold": {}, "rl": {}}, "top": None,
+                                                     "by": "first refused action"}
+    records["cold"]["by"] = "first mistake"
+    with pytest.raises(ValueError, match="count failed episodes in different ways"):
+        rf.failures_facts(records)  # one figure cannot set two ways of counting side by side
+    records["rl"]["by"] = "first mistake"
+    assert rf.failures_facts(records)["by"] == "first mistake"
     fig = rf.failures_figure(records)
+    assert fig.legends[0].get_title().get_text() == "first mistake"
     assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 2
     bars = [p.get_width() for p in fig.axes[0].patches]  # test panel: per kind, a bar per record
     assert bars == pytest.approx([76 / 200, 14 / 200, 10 / 200, 61 / 200])

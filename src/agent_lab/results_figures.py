@@ -900,9 +900,15 @@ def branches_facts(curves: dict[str, list[dict]], level: str = "level 3") -> dic
 
 def failures_facts(records: dict[str, dict], level: str = "level 3") -> dict:
     """From ``bench/results/crafting_curve/failures.json``'s records (``bench/crafting_failures.py``): per
-    record and split, at ``level``, the episodes ``n``, the ``failed`` ones and their first refusals
-    ``by_kind`` (most common first); and ``top``, the kind that is the most common in every record and split,
-    or None when no one kind is."""
+    record and split, at ``level``, the episodes ``n``, the ``failed`` ones and their kinds ``by_kind`` (most
+    common first); ``by``, what the records count them by (their ``"by"``: "first mistake", or "first refused
+    action" in records from before there was one), and ``ValueError`` if records count differently; and
+    ``top``, the kind that is the most common in every record and split, or None when no one kind is."""
+    counted = {r.get("by", "first refused action") for r in records.values()}
+    if len(counted) > 1:
+        raise ValueError(f"the records count failed episodes in different ways ({sorted(counted)}): rerun "
+                         "bench/crafting_failures.py on every run of the file, so that they count alike")
+
     def ranked(counts: dict) -> dict:  # most common first, whatever order the file keeps
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     facts = {name: {split: {"n": g["n"], "failed": g["n"] - g["successes"], "by_kind": ranked(g["failures"])}
@@ -910,13 +916,13 @@ def failures_facts(records: dict[str, dict], level: str = "level 3") -> dict:
              for name, r in records.items()}
     tops = {max(f["by_kind"], key=f["by_kind"].get) if f["by_kind"] else None
             for by in facts.values() for f in by.values()}
-    return {"records": facts, "top": tops.pop() if len(tops) == 1 else None}
+    return {"records": facts, "by": counted.pop() if counted else None, "top": tops.pop() if len(tops) == 1 else None}
 
 
 def failures_figure(records: dict[str, dict], level: str = "level 3"):
     """Why greedy episodes fail at ``level``: a panel per split, a bar per record whose length is the share of
-    episodes failed, split by the failed episodes' first refused action."""
-    facts = failures_facts(records, level)["records"]
+    episodes failed, split by the failed episodes' kinds (the records' ``by``)."""
+    facts, by = (failures_facts(records, level)[k] for k in ("records", "by"))
     splits = sorted({s for by in facts.values() for s in by}, key=lambda s: (s != "test", s))  # test first
     kinds = list(dict.fromkeys(k for by in facts.values() for f in by.values() for k in f["by_kind"]))
     height, legend = legend_below((len(kinds) + 1) // 2, panel_height=1.2 + 0.35 * len(facts))
@@ -935,7 +941,7 @@ def failures_figure(records: dict[str, dict], level: str = "level 3"):
     axes[0].set_yticks(range(len(names)), names, fontsize=7)
     axes[0].invert_yaxis()  # the first record at the top
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7,
-               title="first refused action")
+               title=by)
     fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
 
