@@ -655,8 +655,13 @@ def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
         assert b[0][0] == a[0][0] + "\n" + a[0][0]  # the prompt, then the same prompt again
         assert b[1:] == a[1:]  # the same plan and the same observations after it
     assert twice.optimal_success(tasks) == 1.0
-    with pytest.raises(ValueError, match="reread"):
-        make_env("crafting", reread="yes")
+    thrice = make_env("crafting", plan="fetch_full", reread=2)
+    for a, c in zip(d1, thrice.demonstrations(tasks)):
+        assert c[0][0] == "\n".join([a[0][0]] * 3) and c[1:] == a[1:]
+    assert make_env("crafting", reread=1)._prompt(twice._new_state(tasks[0])) == d2[0][0][0]  # 1 is True
+    for bad in ("yes", 4, -1, 1.0):
+        with pytest.raises(ValueError, match="reread"):
+            make_env("crafting", reread=bad)
 
 
 def test_private_worlds_come_from_seeds_outside_every_named_split():

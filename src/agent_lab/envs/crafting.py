@@ -66,9 +66,12 @@ worlds keep their level's): more lines that share an ingredient with the goal's 
 ingredients by what stands beside a fetched item in some line, not by whether the goal needs them, is corrected
 more often.
 
-Re-reading (``reread=True``): the prompt is shown twice, one copy after the other. The recipe lines come
-shuffled and a causal policy reads them in order, so at a line above the goal's nothing yet says whether its
-item is needed; every token of the second copy can attend to the whole first copy, the goal's line included.
+Re-reading (``reread=True``, or a count ``k`` of extra copies): the prompt is shown twice (``1 + k`` times), one
+copy after the other. The recipe lines come shuffled and a causal policy reads them in order, so at a line above
+the goal's nothing yet says whether its item is needed; every token of the second copy can attend to the whole
+first copy, the goal's line included. Whether an item is needed is a chain of look-ups as long as the tree is
+deep (the goal's line, then its ingredient's line, ...), and a line of each copy can attend to whatever the lines
+of the copy before it worked out, so each further copy can take the chain one more link in the prompt itself.
 A policy with ``prompt_attention="bidirectional"`` (``agent_lab.config.ModelConfig``) reads the prompt in both
 directions at once, so it needs no second copy.
 
@@ -190,7 +193,7 @@ class Crafting(TextEnv):
         level_weights: Sequence[float] | None = None,  # training draws: one weight per sorted train level
         think: bool = False,  # allow one free "think <words>" before the first step; demonstrations think
         train_distractors: int | None = None,  # distractor recipes per training world; None: each level's own
-        reread: bool = False,  # the prompt is shown twice, so its second copy attends to all of the first
+        reread: bool | int = False,  # True (or k): the prompt shown twice (1 + k times), each copy after the last
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -203,7 +206,8 @@ class Crafting(TextEnv):
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
         check_bool("think", think)
-        check_bool("reread", reread)
+        if not isinstance(reread, bool):  # True / False as before; else a count of extra copies
+            check_int("reread", reread, 0, 3)
         check_choice("plan", plan, tuple(PLANS))
         if level_weights is not None:
             listed = isinstance(level_weights, Sequence) and not isinstance(level_weights, (str, bytes))
