@@ -128,6 +128,15 @@ def test_lever_facts_rank_arms_by_the_recipes_seconds_over_theirs():
     assert f["threads"] == 2
 
 
+def test_lever_facts_can_compare_median_steps_which_leave_out_a_first_compilation():
+    row = _levers()
+    for arm in row["arms"]:  # a compiled arm: slow on average (its first step compiles), faster at the median
+        arm["median_step_s"] = arm["s_per_step"] / (2 if arm["arm"] == "prefix" else 1)
+    row["arms"][-1]["s_per_step"] = 3.0
+    assert rf.lever_facts(row)["speedup"]["prefix, SFT"] == pytest.approx(1 / 3)
+    assert rf.lever_facts(row, step="median_step_s")["speedup"]["prefix, SFT"] == 4.0
+
+
 def test_lever_facts_follow_the_seconds_when_two_arms_swap():
     f = rf.lever_facts(_levers(prefix_s=0.8, bf16_s=0.5))
     assert f["ranked"]["SFT"] == ["bf16", "prefix", "recipe"]

@@ -344,21 +344,22 @@ def per_arm(row: dict, key: str, over=statistics.median) -> dict[str, float]:
     return {label: over(values) for label, values in got.items()}
 
 
-def lever_facts(row: dict, base: str = "recipe") -> dict:
+def lever_facts(row: dict, base: str = "recipe", step: str = "s_per_step") -> dict:
     """Each arm and piece beside arm ``base`` of the same run: its speed-up (``base``'s seconds per step over
-    the arm's, the median of rounds; above 1 the arm is faster) and its peak memory (the highest of rounds);
+    the arm's, the median of rounds; above 1 the arm is faster; ``step="median_step_s"`` compares median steps
+    instead, which leave out a compiled arm's first compilation) and its peak memory (the highest of rounds);
     per piece, the arms from fastest to slowest; the highest peak, and the range of peaks per dtype the arms
     computed in (a record without one computed in float32). A piece ``base`` did not run is left out, since
     nothing in the run says how fast it would have been."""
     if not any(arm["arm"] == base for arm in row["arms"]):
         raise ValueError(f"the run has no arm {base!r} to compare with: rerun with --arms {base} ...")
-    step, peak = per_arm(row, "s_per_step"), per_arm(row, "peak_gb", max)
+    seconds, peak = per_arm(row, step), per_arm(row, "peak_gb", max)
     speedup, ranked = {}, {}
     for piece in PIECES:
         own = f"{base}, {piece}"
-        if own not in step:
+        if own not in seconds:
             continue
-        mine = {label: step[own] / s for label, s in step.items() if label.endswith(f", {piece}")}
+        mine = {label: seconds[own] / s for label, s in seconds.items() if label.endswith(f", {piece}")}
         speedup.update(mine)
         ranked[piece] = [label.rsplit(", ", 1)[0] for label in sorted(mine, key=mine.get, reverse=True)]
     top = max(peak, key=peak.get)
@@ -370,10 +371,11 @@ def lever_facts(row: dict, base: str = "recipe") -> dict:
             "peak_range": {dtype: (min(gb), max(gb)) for dtype, gb in by_dtype.items()}}
 
 
-def lever_figure(row: dict, limit_gb: float, base: str = "recipe"):
-    """Each arm's speed-up per step against arm ``base`` of the same run (bars, 1: as fast), and its peak
-    memory against the ceiling ``limit_gb`` (dashed), one row per arm and piece."""
-    f = lever_facts(row, base)
+def lever_figure(row: dict, limit_gb: float, base: str = "recipe", step: str = "s_per_step"):
+    """Each arm's speed-up per step (``step``, as :func:`lever_facts`) against arm ``base`` of the same run
+    (bars, 1: as fast), and its peak memory against the ceiling ``limit_gb`` (dashed), one row per arm and
+    piece."""
+    f = lever_facts(row, base, step)
     names = list(f["peak_gb"])
     fig, (speed_ax, peak_ax) = subplots(2, height=0.3 * len(names) + 1.2, sharey=True)
     for k, piece in enumerate(PIECES):
@@ -382,7 +384,8 @@ def lever_figure(row: dict, limit_gb: float, base: str = "recipe"):
         speed_ax.bar_label(bars, fmt="%.2fx", fontsize=7, padding=2)
     speed_ax.axvline(1.0, color="black", lw=1)
     speed_ax.set_xlim(0, max(f["speedup"].values()) * 1.25)  # room for the labels
-    speed_ax.set_xlabel(f"speed-up per step: {base}'s s/step ÷ the arm's")
+    which = "median step" if step == "median_step_s" else "s/step"
+    speed_ax.set_xlabel(f"speed-up per step: {base}'s {which} ÷ the arm's")
     peak_ax.barh(range(len(names)), [f["peak_gb"][n] for n in names], color=COLORS[7])
     peak_ax.axvline(limit_gb, color="black", ls="--", lw=1, label=f"ceiling {limit_gb:g} GB")
     peak_ax.set_xlim(0, max(limit_gb, f["highest_peak"][1]) * 1.1)
