@@ -541,3 +541,25 @@ def test_the_results_readme_names_every_committed_file_and_every_file_a_script_w
     assert {"gpu_bench.json", "bench_envs.json", "mutation.json"} <= written  # the pattern still finds them
     assert not committed - named, f"bench/results/README.md does not list {sorted(committed - named)}"
     assert not written - named, f"bench/results/README.md does not list {sorted(written - named)}"
+
+
+def _mistakes_line(step, successes, mistakes=None):
+    g = {"n": 20, "successes": successes, "success": successes / 20}
+    if mistakes is not None:
+        g["mistakes"] = mistakes
+    return {"kind": "sample", "step": step, "phase": "sft", "demonstrations": 32 * step, "episodes": 0,
+            "train_s": float(step), "splits": {"test": {"level 3": g}, "held_out_goals": {"level 3": dict(g)}}}
+
+
+def test_mistakes_along_a_curve_are_shares_of_the_sample_from_where_the_curve_counts_them():
+    lines = [{"kind": "header", "candidate_mask": True}, _mistakes_line(100, 0),  # from before the counting
+             _mistakes_line(200, 2, {"off the goal's tree": 15, "too few of a base item": 3}),
+             _mistakes_line(300, 10, {"off the goal's tree": 4, "an intermediate not crafted yet": 6})]
+    got = rf.mistake_points(lines)
+    assert got == {"mistake": [(6400, 0.75), (9600, 0.2)], "other": [(6400, 0.15), (9600, 0.3)]}
+    fig = rf.mistakes_figure({"lever": lines, "old": lines[:2]})  # a curve that never counted is left out
+    assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 2 + 2  # the curve's two lines, two keys
+    plt.close(fig)
+    lines[2]["splits"]["test"]["level 3"]["mistakes"] = {"off the goal's tree": 1}
+    with pytest.raises(ValueError, match="step 200: 1 failed episodes counted"):
+        rf.mistake_points(lines)

@@ -749,6 +749,51 @@ def compare_curves_figure(curves: dict[str, list[dict]], split: str = "test", le
     return fig
 
 
+def mistake_points(lines: list[dict], split: str = "test", level: str = "level 3",
+                   kind: str = "off the goal's tree") -> dict[str, Curve]:
+    """Along a curve (its sample evaluations that count failed episodes by first mistake, ``mistakes``), the
+    share of the sample's episodes at ``split`` and ``level`` whose first mistake was ``kind``
+    (``"mistake"``), and the share of every other failed one (``"other"``), against demonstrations plus RL
+    episodes. Evaluations from before the curve counted mistakes are left out."""
+    out: dict[str, Curve] = {"mistake": [], "other": []}
+    for line in evaluations(lines):
+        g = line["splits"].get(split, {}).get(level)
+        if not g or "mistakes" not in g:
+            continue
+        failed = g["n"] - g["successes"]
+        if sum(g["mistakes"].values()) != failed:
+            raise ValueError(f"step {line['step']}: {sum(g['mistakes'].values())} failed episodes counted by "
+                             f"first mistake, {failed} failed: the curve line is damaged")
+        mine = g["mistakes"].get(kind, 0)
+        x = curve_x(line, "budget")
+        out["mistake"].append((x, mine / g["n"]))
+        out["other"].append((x, (failed - mine) / g["n"]))
+    return out
+
+
+def mistakes_figure(curves: dict[str, list[dict]], level: str = "level 3", kind: str = "off the goal's tree"):
+    """For each curve that counts failed episodes by first mistake, a panel per split: the share of the
+    sample's episodes at ``level`` that failed first at ``kind`` (solid) and at any other mistake (dotted),
+    against demonstrations plus RL episodes."""
+    splits = ("test", "held_out_goals")
+    shown = {n: lines for n, lines in curves.items() if mistake_points(lines, splits[0], level, kind)["mistake"]}
+    height, legend = legend_below((len(shown) + 3) // 2)
+    fig, axes = subplots(len(splits), height=height, sharey=True)
+    for ax, split in zip(axes, splits):
+        for k, (name, lines) in enumerate(shown.items()):
+            points = mistake_points(lines, split, level, kind)
+            ax.plot(*zip(*points["mistake"]), color=COLORS[k % 10], lw=1.6, label=curve_label(name, lines))
+            ax.plot(*zip(*points["other"]), color=COLORS[k % 10], lw=1.2, ls=":")
+        finish_curve_axis(ax, "budget", CURVE_X["budget"])
+        ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
+    axes[0].plot([], [], color="grey", label=f"first mistake: {kind}")
+    axes[0].plot([], [], color="grey", ls=":", label="any other first mistake")
+    axes[0].set_ylabel("share of the sample's episodes")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
+
+
 def total_steps(header: dict) -> int | None:
     """The recipe's SFT plus RL steps, from the header's configuration (None if it has none)."""
     cfg = header.get("config") or {}
