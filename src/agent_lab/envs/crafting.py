@@ -117,7 +117,7 @@ PLANS = {
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
-_THINK_WORDS = ["think", ";"]
+_THINK_WORDS = ["think", ";"]  # added to the vocabulary only with think=True (other runs keep their vocabulary)
 #: What :func:`first_mistake` calls the first departure of a failed episode from the goal's plans.
 MISTAKES = {
     "off_tree": "off the goal's tree",  # names an item the goal does not need: another recipe read
@@ -125,7 +125,7 @@ MISTAKES = {
     "few_crafted": "an intermediate crafted too few times",  # crafted, but short of it: counts and yields
     "few_fetched": "too few of a base item",  # short of a fetched ingredient: counts and yields
     "none": "no refusal, on the tree",  # every action valid and needed: the budget ran out
-}  # added to the vocabulary only with think=True (other runs keep their vocabulary)
+}
 
 
 def first_mistake(log: dict) -> str:
