@@ -4,6 +4,7 @@ and every figure draws from the committed benchmark records at the book's width.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import re
 from pathlib import Path
@@ -557,6 +558,10 @@ def test_mistakes_along_a_curve_are_shares_of_the_sample_from_where_the_curve_co
              _mistakes_line(300, 10, {"off the goal's tree": 4, "an intermediate not crafted yet": 6})]
     got = rf.mistake_points(lines)
     assert got == {"mistake": [(6400, 0.75), (9600, 0.2)], "other": [(6400, 0.15), (9600, 0.3)]}
+    # results_figures is a leaf (it imports no agent_lab module): its default kind must stay crafting's name
+    from agent_lab.envs.crafting import MISTAKES
+    for fn in (rf.mistake_points, rf.mistakes_figure):
+        assert inspect.signature(fn).parameters["kind"].default == MISTAKES["off_tree"]
     fig = rf.mistakes_figure({"lever": lines, "old": lines[:2]})  # a curve that never counted is left out
     assert len(fig.axes) == 2 and len(fig.axes[0].get_lines()) == 2 + 2  # the curve's two lines, two keys
     plt.close(fig)
