@@ -711,3 +711,36 @@ def test_first_mistake_names_where_a_failed_episode_first_left_the_goals_plans(s
     assert not log["success"]
     assert first_mistake(log) == kind
 
+
+
+def test_the_needed_items_loss_labels_every_item_mention_in_the_prompt_by_the_goal_tree(tmp_path):
+    from agent_lab.envs.crafting_world import goal_tree
+    from agent_lab.plugins.losses import needed_labels
+    from agent_lab.policy import WordTokenizer
+    from agent_lab.rollout import demonstration_batch
+    from agent_lab.trainer import TrainConfig, train
+
+    env = make_env("crafting")
+    tok = WordTokenizer.from_env(env)
+    tasks = env.sample_tasks(3, 8)
+    batch = demonstration_batch(env, tok, tasks)
+    where, labels = needed_labels(batch, tok, env.needed_items)
+    for i, task in enumerate(tasks):
+        prompt = tok.encode(env._prompt(env._new_state(task)))
+        start = 1  # after <bos>
+        words = [tok.vocab[t] for t in prompt]
+        items = set(task["recipes"]) | set(task["base"])
+        expected = [w in items for w in words]
+        assert where[i, start:start + len(words)].tolist() == expected
+        assert not where[i, start + len(words):].any(), "only the prompt is labelled"
+        tree = goal_tree(task)
+        assert [bool(labels[i, start + j]) for j, w in enumerate(words) if w in items] == \
+            [w in tree for w in words if w in items]
+        assert any(w in items and w not in tree for w in words), "a distractor line names an unneeded item"
+    cfg = TrainConfig(env="crafting", algo="sft", steps=1, batch_size=4, group_size=1, sft_needed_weight=1.0,
+                      d_model=16, n_layers=1, n_heads=2, prompt_attention="bidirectional")
+    row = train(cfg, run_dir=str(tmp_path), progress=False).history[0]
+    assert 0 <= row["needed_accuracy"] <= 1 and row["needed_nll"] > 0
+    with pytest.raises(ValueError, match="prompt_attention='bidirectional'"):
+        train(TrainConfig(env="crafting", algo="sft", steps=1, batch_size=4, group_size=1, sft_needed_weight=1.0,
+                          d_model=16, n_layers=1, n_heads=2), run_dir=str(tmp_path / "c"), progress=False)

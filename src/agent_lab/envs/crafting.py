@@ -591,3 +591,7 @@ class Crafting(TextEnv):
     def item_depths(self, task: dict) -> dict[str, int]:
         """Depth of every item of ``task`` (0 for base items)."""
         return item_depths(self._check_task(task))
+
+    def needed_items(self, task: dict) -> set[str]:
+        """The goal and every item its recipe needs, transitively (the goal's tree), base items included."""
+        return goal_tree(self._check_task(task))

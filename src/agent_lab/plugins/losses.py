@@ -17,9 +17,9 @@ from agent_lab.config import setting
 from agent_lab.estimators.aggregation import aggregate, reduce_loss
 from agent_lab.estimators.filtering import unsolved_groups
 from agent_lab.plugins import AuxiliaryLoss, register
-from agent_lab.plugins._checks import weight
+from agent_lab.plugins._checks import env_has, weight
 from agent_lab.rollout import demonstration_batch
-from agent_lab.update import batch_loss
+from agent_lab.update import batch_loss, policy_logits
 
 
 def environment_targets(batch, bidirectional_prompt: bool = False) -> torch.Tensor:
@@ -105,3 +105,62 @@ class PlannerGuidance(AuxiliaryLoss):
     def describe(self, cfg):
         return (f"planner guidance: loss += {self.coef} * SFT loss (token mean) on the planner's demonstration "
                 "of each task whose group no sample solved")
+
+
+def needed_labels(batch, tok, needed_of) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(positions [B, L] bool, labels [B, L] bool)``: every prompt token that names an item of the row's task, and
+    whether the goal needs that item (``needed_of(task)``, the goal's tree). A label belongs to the item, so each
+    mention of it in the prompt, as a recipe line's head or as an ingredient, carries the same one."""
+    B, L = batch.input_ids.shape
+    in_prompt = torch.arange(L, device=batch.input_ids.device)[None, :] < batch.prompt_lengths[:, None]
+    positions = torch.zeros(B, L, dtype=torch.bool, device=in_prompt.device)
+    labels = torch.zeros_like(positions)
+    for b, task in enumerate(batch.tasks):
+        needed = needed_of(task)
+        items = set(task["recipes"]) | set(task["base"])
+        ids = {tok.index[x]: x in needed for x in items if x in tok.index}
+        for j, token in enumerate(batch.input_ids[b].tolist()):
+            if token in ids:
+                positions[b, j], labels[b, j] = True, ids[token]
+    return positions & in_prompt, labels
+
+
+@register
+@dataclass
+class NeededItemsLoss(AuxiliaryLoss):
+    """SFT loss += ``weight`` * mean logistic loss of "is this item on the goal's tree", read at each prompt token
+    that names an item, from the logits of two fixed words (``ok``: needed, ``invalid``: not)."""
+
+    weight: float = setting(1.0, "SFT loss += this * the loss of telling, at each item named in the prompt, "
+                                 "whether the goal needs it (crafting, bidirectional prompt)",
+                            flat="sft_needed_weight", off=0.0)
+
+    name: ClassVar[str] = "needed_items_loss"
+    phase: ClassVar[str] = "sft"
+
+    def __post_init__(self):
+        weight("needed_items_loss weight (sft_needed_weight)", self.weight)
+
+    def check(self, cfg, world_size):
+        env_has(cfg, "needed_items", "needed_items_loss (sft_needed_weight)")
+        if cfg.model.prompt_attention != "bidirectional":
+            # a causal prompt token cannot see a later line that makes its item needed; and the logits it would
+            # use predict the next prompt token, which a bidirectional prompt never trains
+            raise ValueError("needed_items_loss (sft_needed_weight) reads labels at prompt tokens, which needs "
+                             "prompt_attention='bidirectional'; set it or turn the loss off")
+
+    def term(self, run, micro, logprobs, whole, last):
+        where, labels = needed_labels(micro, run.tok, run.env.needed_items)
+        total = max(int(needed_labels(whole, run.tok, run.env.needed_items)[0].sum()), 1)
+        where, labels = where[:, :-1], labels[:, :-1]  # never the last token, which has no logits of its own
+        logits = policy_logits(run.ddp_model, micro, 1.0)  # [b, L-1, V]: position j's logits; all allowed there
+        pair = logits[..., [run.tok.index["ok"], run.tok.index["invalid"]]]
+        target = (~labels).long()  # 0: "ok" (needed), 1: "invalid" (not needed)
+        nll = torch.nn.functional.cross_entropy(pair[where], target[where], reduction="sum") / total
+        with torch.no_grad():
+            right = (pair[where].argmax(-1) == target[where]).float().sum()
+        return self.weight * nll, {"needed_nll": float(nll.detach()), "needed_accuracy": float(right) / total}
+
+    def describe(self, cfg):
+        return (f"SFT auxiliary loss: + {self.weight} * mean logistic loss of whether the goal needs each item "
+                "named in the prompt")
