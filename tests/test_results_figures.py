@@ -509,11 +509,16 @@ def test_the_crafting_curve_figures_draw_every_curve_partial_or_with_rl_at_the_b
     plt.close(fig)
 
 
-def test_the_committed_crafting_curves_draw():
+def _committed_curves() -> tuple[dict[str, list[dict]], list[str]]:
+    """The committed crafting curves and the files that could not be read (``bench/_results.py``)."""
     spec = importlib.util.spec_from_file_location("_results", RESULTS.parent / "_results.py")
     results = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(results)
-    curves, problems = results.load_curves()
+    return results.load_curves()
+
+
+def test_the_committed_crafting_curves_draw():
+    curves, problems = _committed_curves()
     if not curves:
         pytest.skip("no crafting curve is committed")
     assert not problems, problems
@@ -568,3 +573,95 @@ def test_mistakes_along_a_curve_are_shares_of_the_sample_from_where_the_curve_co
     lines[2]["splits"]["test"]["level 3"]["mistakes"] = {"off the goal's tree": 1}
     with pytest.raises(ValueError, match="step 200: 1 failed episodes counted"):
         rf.mistake_points(lines)
+
+
+def _rec(successes, low, high, n=20):
+    return {"n": n, "successes": successes, "success": successes / n, "ci_low": low, "ci_high": high}
+
+
+def _lever_line(demonstrations, levels, episodes=0, kind="sample"):
+    """A curve line at ``demonstrations`` (+ ``episodes``) whose test split carries ``levels``."""
+    return {"kind": kind, "step": demonstrations // 32, "phase": "sft", "train_s": 1.0,
+            "demonstrations": demonstrations, "episodes": episodes, "splits": {"test": levels}}
+
+
+SAME = {f"level {lv}": _rec(10, 0.3, 0.7) for lv in (1, 2, 3)}
+#: the recipe's curve: samples every 3200 demonstrations to 9600, a confirmation at the end
+LEVER_BASE = [HEADER, _lever_line(3200, SAME), _lever_line(6400, SAME), _lever_line(9600, SAME),
+              _lever_line(9600, SAME, kind="confirm")]
+
+
+def test_a_lever_meets_the_recipe_at_its_last_sample_the_recipe_also_evaluated():
+    early = {**SAME, "level 1": _rec(1, 0.0, 0.2)}
+    lever = [HEADER, _lever_line(3200, SAME), _lever_line(6400, early), _lever_line(8000, SAME),
+             _lever_line(12800, SAME), _lever_line(12800, SAME, kind="confirm")]
+    points = rf.lever_points(lever, LEVER_BASE)
+    assert [p["level"] for p in points] == ["level 1", "level 2", "level 3"]
+    assert {p["x"] for p in points} == {6400}, "8000 and 12800 are not on the recipe's curve"
+    assert points[0]["lever"] == _rec(1, 0.0, 0.2) and points[0]["base"] == _rec(10, 0.3, 0.7)
+    # the x counts RL episodes too; a confirmation is never a common point
+    rl = [HEADER, _lever_line(6000, SAME, episodes=3600)]
+    assert {p["x"] for p in rf.lever_points(rl, LEVER_BASE)} == {9600}
+    assert rf.lever_points([HEADER, _lever_line(9600, SAME, kind="confirm")], LEVER_BASE) == []
+    assert rf.lever_points([HEADER, _lever_line(1000, SAME)], LEVER_BASE) == []
+
+
+def test_levers_are_ahead_behind_or_within_the_recipe_by_their_intervals():
+    levels = {"level 1": _rec(18, 0.72, 0.97),   # wholly above 0.3-0.7: ahead
+              "level 2": _rec(1, 0.01, 0.24),    # wholly below: behind
+              "level 3": _rec(14, 0.48, 0.85)}   # overlaps: within
+    touching = {**SAME, "level 1": _rec(15, 0.7, 0.9)}  # touches the recipe's top: not above it
+    curves = {"crafting-full-seed0": LEVER_BASE,
+              "lever-mixed-seed0": [HEADER, _lever_line(9600, levels)],
+              "lever-touch-seed0": [HEADER, _lever_line(3200, touching)],
+              "lever-apart-seed0": [HEADER, _lever_line(100, levels)],
+              "other-seed0": [HEADER, _lever_line(9600, levels)]}
+    f = rf.levers_vs_baseline_facts(curves)
+    assert list(f["rows"]) == ["lever-mixed-seed0", "lever-touch-seed0"]
+    assert f["left_out"] == ["lever-apart-seed0"], "no common point: left out; not a lever: not counted"
+    assert f["rows"]["lever-mixed-seed0"]["verdict"] == {"level 1": "ahead", "level 2": "behind",
+                                                         "level 3": "within"}
+    assert f["rows"]["lever-touch-seed0"]["verdict"]["level 1"] == "within"
+    assert f["rows"]["lever-touch-seed0"]["x"] == 3200
+    assert f["counts"] == {"level 1": {"ahead": 1, "within": 1, "behind": 0},
+                           "level 2": {"ahead": 0, "within": 1, "behind": 1},
+                           "level 3": {"ahead": 0, "within": 2, "behind": 0}}
+    assert f["ahead"]["level 1"] == ["lever-mixed-seed0"] and f["behind"]["level 2"] == ["lever-mixed-seed0"]
+    # without the recipe's curve there is nothing to compare with
+    alone = rf.levers_vs_baseline_facts({k: v for k, v in curves.items() if k != "crafting-full-seed0"})
+    assert alone["rows"] == {} and len(alone["left_out"]) == 3
+
+
+def test_the_levers_figure_draws_a_row_per_lever_named_with_its_demonstrations():
+    curves = {"crafting-full-seed0": LEVER_BASE,
+              "lever-a-seed0": [HEADER, _lever_line(9600, SAME)],
+              "lever-b-seed0": [HEADER, _lever_line(3200, {**SAME, "level 2": _rec(1, 0.01, 0.24)})],
+              "lever-none-seed0": [HEADER, _lever_line(5, SAME)]}
+    fig = rf.levers_vs_baseline_figure(curves)
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 3
+    fig.canvas.draw()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["a (9,600)", "b (3,200)"]
+    low, high = fig.axes[0].get_ylim()
+    assert low > high, "the first lever is drawn at the top"
+    assert [ax.get_title() for ax in fig.axes] == ["test, level 1", "test, level 2", "test, level 3"]
+    assert "greedy success (20 worlds)" in [ax.get_xlabel() for ax in fig.axes]
+    for ax in fig.axes:
+        dots = [line for line in ax.get_lines() if line.get_marker() == "o" and len(line.get_xdata())]
+        assert len(dots) == 2 * 2, "a lever's dot and the recipe's, in each of the two rows"
+    red = [line for line in fig.axes[1].get_lines() if line.get_color() == rf.VERDICTS["behind"]
+           and line.get_marker() == "o" and len(line.get_xdata())]
+    assert len(red) == 1 and list(red[0].get_ydata()) == [1 - 0.17], "b is behind at level 2"
+    plt.close(fig)
+
+
+def test_the_committed_levers_are_compared_with_the_recipe():
+    curves, _ = _committed_curves()
+    if "crafting-full-seed0" not in curves or not any(n.startswith("lever-") for n in curves):
+        pytest.skip("no lever curve or no crafting-full-seed0 curve is committed")
+    f = rf.levers_vs_baseline_facts(curves)
+    assert len(f["rows"]) + len(f["left_out"]) == sum(n.startswith("lever-") for n in curves)
+    for counts in f["counts"].values():
+        assert sum(counts.values()) == len(f["rows"])
+    fig = rf.levers_vs_baseline_figure(curves)
+    assert fig.get_figwidth() == rf.WIDTH and all(ax.has_data() for ax in fig.axes)
+    plt.close(fig)

@@ -1065,3 +1065,113 @@ def rl_sentence(lines: list[dict], level: str = "level 3") -> str:
     return (f"Its {first['steps']} RL steps ({first['seconds']:.0f} s of training) took {level} success from "
             f"the end of SFT to its last RL evaluation, on the same {first['after']['n']} worlds per level: "
             f"{moves}; {verdict}.")
+
+
+# ----------------------------------------------------------------------------- levers against the recipe
+#: What a lever's interval says against the recipe's at equal demonstrations, and the colour its dot takes.
+VERDICTS = {"ahead": COLORS[2], "within": COLORS[0], "behind": COLORS[3]}
+RECORD = ("successes", "n", "ci_low", "ci_high")
+
+
+def level_number(level: str) -> int:
+    return int(level.split()[-1])
+
+
+def lever_points(lines: list[dict], base_lines: list[dict], split: str = "test") -> list[dict]:
+    """A lever curve against the recipe's curve (``base_lines``, ``crafting-full-seed0``) at equal data: the
+    lever's last sample evaluation at whose demonstrations + RL episodes (:func:`curve_x`, "budget") the
+    recipe also has a sample evaluation; per level of ``split`` both carry, ``{"level", "x", "lever",
+    "base"}``, the two records' successes, n, success and Wilson 95% interval. Empty where the two share no
+    such point. Only sample evaluations (the recipe's are 20 fixed worlds per level) are compared: the
+    recipe's curve was confirmed on 200 worlds at its end alone, so a lever's confirmation has nothing to
+    meet at equal data; on 20 worlds only a large difference lies outside both intervals."""
+    base = {curve_x(line, "budget"): line for line in evaluations(base_lines)}
+    shared = [line for line in evaluations(lines) if curve_x(line, "budget") in base]
+    if not shared:
+        return []
+    mine = shared[-1]
+    x = curve_x(mine, "budget")
+    theirs = base[x]["splits"].get(split, {})
+
+    def record(r: dict) -> dict:
+        return {**{k: r[k] for k in RECORD}, "success": r["successes"] / r["n"]}
+    return [{"level": level, "x": x, "lever": record(r), "base": record(theirs[level])}
+            for level, r in sorted(mine["splits"].get(split, {}).items(), key=lambda kv: level_number(kv[0]))
+            if level in theirs]
+
+
+def verdict(point: dict) -> str:
+    """"ahead" where the lever's 95% interval lies wholly above the recipe's, "behind" wholly below, else
+    "within" (the intervals overlap: this sample does not tell them apart)."""
+    if interval_above(point["lever"], point["base"]):
+        return "ahead"
+    return "behind" if interval_above(point["base"], point["lever"]) else "within"
+
+
+def lever_name(name: str) -> str:
+    """A lever curve's name without the ``lever-`` and ``-seed0`` its file names all carry."""
+    return name.removeprefix("lever-").removesuffix("-seed0")
+
+
+def levers_vs_baseline_facts(curves: dict[str, list[dict]], base: str = "crafting-full-seed0",
+                             split: str = "test") -> dict:
+    """Every ``lever-*`` curve against the recipe's curve ``base`` at equal demonstrations
+    (:func:`lever_points`): ``rows``, per lever, the demonstrations ``x`` compared at, the ``points`` and each
+    level's ``verdict`` (:func:`verdict`); ``counts``, per level, how many levers are ahead, within and behind;
+    ``ahead`` and ``behind``, per level, the levers that are; ``left_out``, the levers that share no sample
+    point with the recipe (or all of them, when ``base`` is not among the curves)."""
+    levers = [n for n in curves if n.startswith("lever-")]
+    rows, left_out = {}, []
+    for name in levers:
+        points = lever_points(curves[name], curves[base], split) if base in curves else []
+        if not points:
+            left_out.append(name)
+            continue
+        rows[name] = {"x": points[0]["x"], "points": points,
+                      "verdict": {p["level"]: verdict(p) for p in points}}
+    levels = sorted({lv for r in rows.values() for lv in r["verdict"]}, key=level_number)
+    counts = {lv: {v: sum(r["verdict"].get(lv) == v for r in rows.values()) for v in VERDICTS}
+              for lv in levels}
+    return {"base": base, "split": split, "rows": rows, "levels": levels, "counts": counts,
+            "ahead": {lv: [n for n, r in rows.items() if r["verdict"].get(lv) == "ahead"] for lv in levels},
+            "behind": {lv: [n for n, r in rows.items() if r["verdict"].get(lv) == "behind"] for lv in levels},
+            "left_out": left_out}
+
+
+def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafting-full-seed0",
+                              split: str = "test"):
+    """Each lever against the recipe at equal demonstrations (:func:`levers_vs_baseline_facts`), a panel per
+    level, a row per lever (named with the demonstrations + episodes it was compared at): the recipe's greedy
+    success as a grey dot, the lever's coloured by its verdict, each with its Wilson 95% interval as a bar."""
+    f = levers_vs_baseline_facts(curves, base, split)
+    names = list(f["rows"])
+    height, legend = legend_below(2, panel_height=0.3 * len(names) + 1.3)
+    fig, axes = subplots(max(len(f["levels"]), 1), height=height, sharey=True)
+    worlds = {p["base"]["n"] for r in f["rows"].values() for p in r["points"]}
+    xlabel = "greedy success" + (f" ({min(worlds)} worlds)" if len(worlds) == 1 else "")
+
+    def label(name: str) -> str:  # where it was compared, and its worlds where the recipe's were fewer
+        ns = {p["lever"]["n"] for p in f["rows"][name]["points"]} - worlds
+        return f"{lever_name(name)} ({f['rows'][name]['x']:,}" + "".join(f"; n={n}" for n in ns) + ")"
+    for ax, level in zip(axes, f["levels"]):
+        for i, name in enumerate(names):
+            point = next((p for p in f["rows"][name]["points"] if p["level"] == level), None)
+            if point is None:
+                continue
+            for who, dy, color in (("base", 0.17, "grey"), ("lever", -0.17, VERDICTS[verdict(point)])):
+                r = point[who]
+                ax.errorbar([r["success"]], [i + dy], xerr=[[r["success"] - r["ci_low"]],
+                                                            [r["ci_high"] - r["success"]]],
+                            fmt="o", ms=4, capsize=2, lw=1.2, color=color)
+        ax.set_xlim(-0.03, 1.03)
+        ax.set_title(f"{split.replace('_', ' ')}, {level}", fontsize=9)
+        ax.grid(alpha=0.3, axis="x")
+    axes[len(axes) // 2].set_xlabel(xlabel, fontsize=8)  # one label: the panels are narrow
+    axes[0].set_yticks(range(len(names)), [label(n) for n in names], fontsize=7)
+    axes[0].set_ylim(len(names) - 0.5, -0.5)  # the first lever at the top
+    axes[0].plot([], [], "o", color="grey", label=f"{base}, same demonstrations + episodes")
+    for v, color in VERDICTS.items():
+        axes[0].plot([], [], "o", color=color, label=f"lever, {v}")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
