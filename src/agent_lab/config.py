@@ -89,8 +89,13 @@ class ModelConfig:
                                               "observation, its newline) attend to each other in both "
                                               "directions, as in a prefix-LM; every later token attends "
                                               "causally")
+    line_positions: bool = setting(False, "add a learned embedding of each token's offset in its line (0 at the "
+                                          "newline before it), so a line's first word and the tokens of one "
+                                          "line are found without counting tokens")
 
     def __post_init__(self):
+        if not isinstance(self.line_positions, bool):
+            raise ValueError(f"line_positions must be True or False, got {self.line_positions!r}")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
             v = getattr(self, name)
             bad = isinstance(v, bool) or not isinstance(v, int) or v < 1

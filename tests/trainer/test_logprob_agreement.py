@@ -36,13 +36,15 @@ def crafting():
     return env, tok, tiny_policy(tok, seed=5, positions="rope"), env.sample_tasks(3, 8)
 
 
-@pytest.fixture(scope="module")
-def crafting_prefix_lm():
-    """A prefix-LM policy (ModelConfig.prompt_attention) on crafting prompts shown once."""
+@pytest.fixture(scope="module", params=[False, True], ids=["token positions", "line positions"])
+def crafting_prefix_lm(request):
+    """A prefix-LM policy (ModelConfig.prompt_attention) on crafting prompts shown once, with and without the
+    embedding of each token's offset in its line (ModelConfig.line_positions)."""
     torch.set_num_threads(1)
     env = make_env("crafting", mask_actions=True, reread=False)
     tok = WordTokenizer.from_env(env)
-    model = tiny_policy(tok, seed=5, positions="rope", prompt_attention="bidirectional")
+    model = tiny_policy(tok, seed=5, positions="rope", prompt_attention="bidirectional",
+                        line_positions=request.param)
     return env, tok, model, env.sample_tasks(3, 8)
 
 

@@ -33,13 +33,14 @@ def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
         WordTokenizer(["two words"])
 
 
-@pytest.mark.parametrize("positions", ["learned", "rope"])
-def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions):
+@pytest.mark.parametrize(("positions", "line_positions"), [("learned", False), ("rope", False), ("rope", True)])
+def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions, line_positions):
     tok = WordTokenizer([str(i) for i in range(20)])
-    m = tiny_policy(tok, positions=positions).eval()
+    m = tiny_policy(tok, positions=positions, line_positions=line_positions).eval()
     g = torch.Generator().manual_seed(0)
     B, L = 3, 12
-    ids = torch.randint(4, len(tok), (B, L), generator=g)
+    ids = torch.randint(tok.nl_id, len(tok), (B, L), generator=g)  # newlines among the words: lines of any length
+    ids[:, [2, 7]] = tok.nl_id  # a line that begins in one chunk and goes on in the next
     full = m(ids)  # [B, L, V]
     # feed the same rows in chunks of different sizes, with invalid padding slots interleaved per row
     cache = m.new_cache(B, capacity=4)  # forces the cache to grow
@@ -257,3 +258,18 @@ def test_a_right_padded_batch_gives_each_real_position_what_the_row_alone_gives_
         torch.testing.assert_close(out[b, :n], m(ids[b : b + 1, :n])[0], atol=1e-6, rtol=1e-5)
     with pytest.raises(ValueError, match="right padding"):
         m(padded, am.flip(1))
+
+
+def test_line_offsets_count_from_the_last_newline_across_cached_calls():
+    from agent_lab.policy.model import line_offsets
+
+    nl = WordTokenizer([]).nl_id
+    ids = torch.tensor([[1, 5, 6, nl, 7, 8, 9, nl, 5]])
+    pos = torch.arange(9)[None]
+    offsets, last = line_offsets(ids, pos)
+    assert offsets.tolist() == [[0, 1, 2, 0, 1, 2, 3, 0, 1]] and last.tolist() == [7]
+    # the same row fed in two calls, the second with a padding slot: the cache's line start carries over
+    first, start = line_offsets(ids[:, :5], pos[:, :5])
+    ids2, pos2 = torch.tensor([[8, 0, 9, nl, 5]]), torch.tensor([[5, 0, 6, 7, 8]])
+    second, _ = line_offsets(ids2, pos2, start, torch.tensor([[True, False, True, True, True]]))
+    assert first.tolist() == [[0, 1, 2, 0, 1]] and second[0, [0, 2, 3, 4]].tolist() == [2, 3, 0, 1]

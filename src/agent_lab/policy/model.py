@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agent_lab.config import ModelConfig
+from agent_lab.policy.tokenizer import NL, SPECIALS
 
 
 class KVCache:
@@ -34,6 +35,7 @@ class KVCache:
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.line_start = torch.zeros(batch, dtype=torch.long, device=device)  # each row's last newline position
         self.length = 0
 
     @property
@@ -56,6 +58,7 @@ class KVCache:
         self.k = [t[keep] for t in self.k]
         self.v = [t[keep] for t in self.v]
         self.valid = self.valid[keep]
+        self.line_start = self.line_start[keep]
 
 
 def rotary(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -71,6 +74,29 @@ def rotate(x: torch.Tensor, rot: tuple[torch.Tensor, torch.Tensor]) -> torch.Ten
     cos, sin = (t.to(x.dtype) for t in rot)
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+#: Offsets in a line past this share one embedding (crafting's longest line is shorter).
+LINE_SPAN = 32
+NL_ID = SPECIALS.index(NL)
+
+
+def line_offsets(ids: torch.Tensor, positions: torch.Tensor, line_start: torch.Tensor | None = None,
+                 valid: torch.Tensor | None = None, index: torch.Tensor | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's offset from the last newline at or before it (a sequence's first token, position 0, counts as
+    one): ``[B, k]``, and each row's last such ``index`` ``[B]``. ``index`` (default: ``positions``) orders a
+    row's slots: packed rows pass their column index, since positions restart in each packed sequence.
+    ``line_start [B]`` carries that index over from earlier calls (an incremental forward); ``valid [B, k]``
+    leaves padding slots out of it."""
+    index = positions if index is None else index
+    marker = (ids == NL_ID) | (positions == 0)
+    if valid is not None:
+        marker = marker & valid
+    start = torch.where(marker, index, torch.full_like(index, -1)).cummax(dim=1).values
+    if line_start is not None:
+        start = torch.maximum(start, line_start[:, None])
+    return (index - start).clamp(0, LINE_SPAN - 1), start[:, -1]
 
 
 class CausalSelfAttention(nn.Module):
@@ -145,6 +171,7 @@ class TinyTransformer(nn.Module):
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.positions == "learned" else None
+        self.line_emb = nn.Embedding(LINE_SPAN, cfg.d_model) if cfg.line_positions else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -166,10 +193,12 @@ class TinyTransformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
         if int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"sequence position {int(positions.max())} exceeds max_len={self.cfg.max_len}; raise ModelConfig.max_len")
         x = self.tok_emb(ids)
+        if self.line_emb is not None:
+            x = x + self.line_emb(offsets)
         return x + self.pos_emb(positions) if self.pos_emb is not None else x
 
     def _rotary(self, positions: torch.Tensor):
@@ -212,7 +241,11 @@ class TinyTransformer(nn.Module):
         mask = None  # causal: no mask to build or save
         if segment_ids is not None or in_prompt is not None:
             mask = attention_rule(segment_ids, in_prompt, L)
-        x, rot = self._embed(input_ids, pos), self._rotary(pos)
+        offsets = None
+        if self.line_emb is not None:
+            columns = torch.arange(L, device=input_ids.device).expand(B, L)
+            offsets = line_offsets(input_ids, pos, index=columns)[0]
+        x, rot = self._embed(input_ids, pos, offsets), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot)
         return self.ln_f(x)
@@ -272,7 +305,10 @@ class TinyTransformer(nn.Module):
         own[torch.arange(k), s + torch.arange(k)] = True
         mask = mask | own[None, None]
         pos = torch.where(valid, positions, torch.zeros_like(positions))
-        x, rot = self._embed(ids, pos), self._rotary(pos)
+        offsets = None
+        if self.line_emb is not None:  # a line may have begun in an earlier call: the cache remembers where
+            offsets, cache.line_start = line_offsets(ids, pos, cache.line_start, valid)
+        x, rot = self._embed(ids, pos, offsets), self._rotary(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, cache, i, rot)
         cache.length = s + k
