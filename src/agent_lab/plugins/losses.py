@@ -3,7 +3,9 @@
 ``observation_loss`` (SFT) also predicts the environment's own text in the demonstrations (prompt and
 observations), the look-ups an action needs exercised on more tokens; ``planner_guidance`` (RL) adds the SFT
 loss of the planner's demonstrations of the tasks whose group no sample solved (their centred advantages are
-all zero, so a group algorithm learns nothing from them).
+all zero, so a group algorithm learns nothing from them); ``needed_items_loss`` (SFT, crafting) asks at every item
+the prompt names whether the goal's tree needs it, the judgement a failed crafting episode most often gets wrong
+first (``agent_lab.envs.crafting.first_mistake``), supervised directly instead of only through the actions.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
-Read it top to bottom: the cache, rotary positions (optional), attention, MLP, block, model (its sizes,
-``ModelConfig``, are declared with every other setting in ``agent_lab.config``). Shapes are in comments:
-``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
+Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention, MLP, block,
+model (its sizes, ``ModelConfig``, are declared with every other setting in ``agent_lab.config``). Shapes are in
+comments: ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
 
 The cache stores one key/value per *slot*. During a batched multi-turn rollout every row advances by the
 same number of slots per call, but a row that has nothing to feed (its action already ended, its
