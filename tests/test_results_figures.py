@@ -665,3 +665,79 @@ def test_the_committed_levers_are_compared_with_the_recipe():
     fig = rf.levers_vs_baseline_figure(curves)
     assert fig.get_figwidth() == rf.WIDTH and all(ax.has_data() for ax in fig.axes)
     plt.close(fig)
+
+
+def _membership_rows(balanced):
+    """Scores every 50 steps (32 worlds a step) with these balanced accuracies."""
+    return [{"step": 50 * i, "worlds_seen": 1600 * i, "train_s": 10.0 * i, "needed_called_needed": 1.0,
+             "others_called_not": 2 * b - 1.0, "balanced": b} for i, b in enumerate(balanced)]
+
+
+MEMBERSHIP = {
+    "command": "python bench/crafting_membership.py --steps 150 --arm base --arm l8:n_layers=8 "
+               "--arm short:d_model=64 --arm lines:line_positions=true",
+    "commit": "abc1234", "machine": {"cores": 2}, "seed": 0, "worlds_per_level": 20,
+    "arms": {"base": {"fields": {}, "rows": _membership_rows([0.5, 0.7, 0.79, 0.78])},  # never 0.8
+             "l8": {"fields": {"n_layers": 8}, "rows": _membership_rows([0.5, 0.75, 0.8, 0.9])},  # 0.8 at 3,200
+             "short": {"fields": {"d_model": 64}, "rows": _membership_rows([0.5, 0.81])},  # partial, at 1,600
+             "lines": {"fields": {"line_positions": True}, "rows": []}},  # not scored yet
+}
+
+
+def test_membership_facts_say_when_each_arm_reaches_the_threshold_and_which_arms_are_partial():
+    f = rf.membership_facts(MEMBERSHIP)
+    assert f["threshold"] == 0.8 and f["steps"] == 150
+    assert f["arms"]["base"] == {"fields": {}, "label": "base", "scores": 4, "last_step": 150,
+                                 "last_worlds": 4800, "last_balanced": 0.78, "reached_at": None}
+    assert f["arms"]["l8"] == {"fields": {"n_layers": 8}, "label": "l8 (n_layers=8)", "scores": 4,
+                               "last_step": 150, "last_worlds": 4800, "last_balanced": 0.9, "reached_at": 3200}
+    assert f["arms"]["short"]["reached_at"] == 1600 and f["arms"]["short"]["last_worlds"] == 1600
+    assert f["arms"]["lines"] == {"fields": {"line_positions": True}, "label": "lines (line_positions=true)",
+                                  "scores": 0, "last_step": None, "last_worlds": None, "last_balanced": None,
+                                  "reached_at": None}
+    assert f["first"] == ["short"] and f["first_worlds"] == 1600
+    assert f["partial"] == ["short", "lines"]
+    # a lower threshold: base reaches it too, and ties with l8 where both first reach it
+    low = rf.membership_facts(MEMBERSHIP, threshold=0.7)
+    assert low["arms"]["base"]["reached_at"] == 1600 and low["first"] == ["base", "l8", "short"]
+    # no arm reaches it: no first
+    high = rf.membership_facts(MEMBERSHIP, threshold=0.95)
+    assert high["first"] == [] and high["first_worlds"] is None
+
+
+def test_a_membership_run_is_partial_against_its_commands_steps_or_else_its_longest_arm():
+    one = {"command": "python bench/crafting_membership.py --steps=1200",
+           "arms": {"base": {"fields": {}, "rows": _membership_rows([0.5, 0.6, 0.7])}}}
+    assert rf.membership_facts(one)["steps"] == 1200 and rf.membership_facts(one)["partial"] == ["base"]
+    unnamed = dict(MEMBERSHIP, command="python bench/crafting_membership.py --arm base")
+    f = rf.membership_facts(unnamed)
+    assert f["steps"] == 150 and f["partial"] == ["short", "lines"]
+    assert rf.planned_steps(None) is None and rf.planned_steps("x --steps 7 --every 5") == 7
+
+
+def test_the_membership_figure_draws_a_line_per_scored_arm_at_the_books_width():
+    fig = rf.membership_figure(MEMBERSHIP)
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 1
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels == ["base", "l8 (n_layers=8)", "short (d_model=64), partial", "calls every item needed",
+                      "0.8 balanced accuracy"]
+    lines = [line for line in fig.axes[0].get_lines() if line.get_label() in labels[:3]]
+    assert [list(line.get_xdata()) for line in lines] == [[0, 1600, 3200, 4800]] * 2 + [[0, 1600]]
+    assert [line.get_linestyle() for line in fig.axes[0].get_lines()[3:]] == [":", "--"]
+    assert list(fig.axes[0].get_lines()[3].get_ydata()) == [0.5, 0.5]
+    plt.close(fig)
+    fig = rf.membership_figure(dict(MEMBERSHIP, arms={"lines": MEMBERSHIP["arms"]["lines"]}))  # nothing scored
+    assert len(fig.axes[0].get_lines()) == 2
+    plt.close(fig)
+
+
+def test_the_committed_membership_run_draws():
+    path = RESULTS / "crafting_membership.json"
+    if not path.exists():
+        pytest.skip("bench/crafting_membership.py has not written its results")
+    record = json.loads(path.read_text())
+    f = rf.membership_facts(record)
+    assert list(f["arms"]) == list(record["arms"])
+    fig = rf.membership_figure(record)
+    assert fig.get_figwidth() == rf.WIDTH
+    plt.close(fig)

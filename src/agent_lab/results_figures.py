@@ -8,6 +8,7 @@ seeds a bold one.
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import defaultdict
 
@@ -1173,5 +1174,83 @@ def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafti
     for v, color in VERDICTS.items():
         axes[0].plot([], [], "o", color=color, label=f"lever, {v}")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
+
+
+# ----------------------------------------------------------------------------- which items the goal needs
+def membership_label(name: str, fields: dict) -> str:
+    """An arm of ``bench/crafting_membership.py`` named with the ``ModelConfig`` fields it sets, values as
+    JSON the way its ``--arm`` wrote them: ``l8 (n_layers=8)``, ``lines (line_positions=true)``; an arm that
+    sets none is its name alone."""
+    sets = ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
+    return f"{name} ({sets})" if sets else name
+
+
+def planned_steps(command: str | None) -> int | None:
+    """The ``--steps`` of a ``bench/crafting_membership.py`` command line, or None where it names none."""
+    words = (command or "").split()
+    for i, word in enumerate(words):
+        if word.startswith("--steps="):
+            return int(word.partition("=")[2])
+        if word == "--steps" and i + 1 < len(words):
+            return int(words[i + 1])
+    return None
+
+
+def membership_facts(record: dict, threshold: float = 0.8) -> dict:
+    """From ``bench/results/crafting_membership.json`` (``bench/crafting_membership.py``, written as it runs):
+    per arm, in the record's order, its ``fields``, ``label`` (:func:`membership_label`), how many ``scores``
+    it has, the ``last_step``, ``last_worlds`` and ``last_balanced`` of its last score (None without one) and
+    ``reached_at``, the first training worlds seen at which its balanced accuracy is at least ``threshold``
+    (None where it never is); ``first``, the arms that reach it at the fewest worlds (several where they tie),
+    and ``first_worlds`` (an empty list and None while none does); ``steps``, the steps an arm runs to (the
+    command's ``--steps``, or the longest arm's last step where it names none or that is longer); and
+    ``partial``, the arms scored short of it (no score yet, or a last step before ``steps``): arms train one
+    after another and the file is written as they go."""
+    arms = {}
+    for name, arm in record["arms"].items():
+        rows = arm["rows"]
+        last = rows[-1] if rows else {}
+        reached = next((r["worlds_seen"] for r in rows if r["balanced"] >= threshold), None)
+        arms[name] = {"fields": arm["fields"], "label": membership_label(name, arm["fields"]),
+                      "scores": len(rows), "last_step": last.get("step"), "last_worlds": last.get("worlds_seen"),
+                      "last_balanced": last.get("balanced"), "reached_at": reached}
+    longest = max((a["last_step"] for a in arms.values() if a["last_step"] is not None), default=0)
+    steps = max(planned_steps(record.get("command")) or 0, longest)
+    at = [a["reached_at"] for a in arms.values() if a["reached_at"] is not None]
+    first_worlds = min(at) if at else None
+    return {"threshold": threshold, "steps": steps, "arms": arms,
+            "first": [n for n, a in arms.items() if at and a["reached_at"] == first_worlds],
+            "first_worlds": first_worlds,
+            "partial": [n for n, a in arms.items() if a["last_step"] is None or a["last_step"] < steps]}
+
+
+def membership_figure(record: dict, threshold: float = 0.8):
+    """Balanced accuracy on the fixed test worlds against training worlds seen, a line per arm that has a
+    score (named with its fields, and "partial" while it is), the 0.5 of a policy that calls every item needed
+    dotted and ``threshold`` dashed."""
+    f = membership_facts(record, threshold)
+    shown = [n for n, a in f["arms"].items() if a["scores"]]
+    height, legend = legend_below((len(shown) + 3) // 2, panel_height=3.0)
+    fig, (ax,) = subplots(height=height)
+    low = 0.5
+    for k, name in enumerate(f["arms"]):
+        rows, a = record["arms"][name]["rows"], f["arms"][name]
+        if not rows:
+            continue
+        ys = [r["balanced"] for r in rows]
+        low = min(low, *ys)
+        label = a["label"] + (", partial" if name in f["partial"] else "")
+        ax.plot([r["worlds_seen"] for r in rows], ys, color=COLORS[k % 10], lw=1.6, marker=".", ms=3,
+                label=label)
+    ax.axhline(0.5, color="grey", ls=":", lw=1.2, label="calls every item needed")
+    ax.axhline(threshold, color="black", ls="--", lw=1, label=f"{threshold:g} balanced accuracy")
+    ax.set_ylim(min(low - 0.03, 0.45), 1.01)
+    ax.set_xlabel("training worlds seen")
+    ax.xaxis.set_major_formatter(THOUSANDS)
+    ax.set_ylabel("balanced accuracy, test worlds")
+    ax.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
     fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
