@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     arms = [parse_arm(a) for a in args.arm or ["base"]]
     record = {"command": "python bench/crafting_membership.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "commit": STARTED_AT, "machine": machine(), "seed": args.seed, "worlds_per_level": args.worlds,
+              "commit": STARTED_AT, "machine": machine(), "seed": args.seed, "steps": args.steps,
+              "worlds_per_level": args.worlds,
               "arms": {name: {"fields": fields, "rows": []} for name, fields in arms}}
 
     def on_row(name: str, rows: list[dict]) -> None:

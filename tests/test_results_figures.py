@@ -676,7 +676,7 @@ def _membership_rows(balanced):
 MEMBERSHIP = {
     "command": "python bench/crafting_membership.py --steps 150 --arm base --arm l8:n_layers=8 "
                "--arm short:d_model=64 --arm lines:line_positions=true",
-    "commit": "abc1234", "machine": {"cores": 2}, "seed": 0, "worlds_per_level": 20,
+    "commit": "abc1234", "machine": {"cores": 2}, "seed": 0, "steps": 150, "worlds_per_level": 20,
     "arms": {"base": {"fields": {}, "rows": _membership_rows([0.5, 0.7, 0.79, 0.78])},  # never 0.8
              "l8": {"fields": {"n_layers": 8}, "rows": _membership_rows([0.5, 0.75, 0.8, 0.9])},  # 0.8 at 3,200
              "short": {"fields": {"d_model": 64}, "rows": _membership_rows([0.5, 0.81])},  # partial, at 1,600
@@ -705,14 +705,14 @@ def test_membership_facts_say_when_each_arm_reaches_the_threshold_and_which_arms
     assert high["first"] == [] and high["first_worlds"] is None
 
 
-def test_a_membership_run_is_partial_against_its_commands_steps_or_else_its_longest_arm():
-    one = {"command": "python bench/crafting_membership.py --steps=1200",
-           "arms": {"base": {"fields": {}, "rows": _membership_rows([0.5, 0.6, 0.7])}}}
+def test_a_membership_run_is_partial_against_its_recorded_steps_or_else_its_longest_arm():
+    one = {"steps": 1200, "arms": {"base": {"fields": {}, "rows": _membership_rows([0.5, 0.6, 0.7])}}}
     assert rf.membership_facts(one)["steps"] == 1200 and rf.membership_facts(one)["partial"] == ["base"]
-    unnamed = dict(MEMBERSHIP, command="python bench/crafting_membership.py --arm base")
+    unnamed = {k: v for k, v in MEMBERSHIP.items() if k != "steps"}
     f = rf.membership_facts(unnamed)
     assert f["steps"] == 150 and f["partial"] == ["short", "lines"]
-    assert rf.planned_steps(None) is None and rf.planned_steps("x --steps 7 --every 5") == 7
+    shorter = dict(MEMBERSHIP, steps=7)  # an arm that ran longer than the record says sets the steps
+    assert rf.membership_facts(shorter)["steps"] == 150
 
 
 def test_the_membership_figure_draws_a_line_per_scored_arm_at_the_books_width():

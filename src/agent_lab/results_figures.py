@@ -652,10 +652,15 @@ def rl_start(lines: list[dict], x: str = "train_s") -> float | None:
     return curve_x(sft[-1], x) if sft and rl else None
 
 
+def level_number(level: str) -> int:
+    """``"level 3"`` -> 3."""
+    return int(level.split()[-1])
+
+
 def level_target(target: dict, level: str) -> float | None:
     """The share of the planner's success that ``level`` ("level N") must reach, from a curve header's
     ``target`` (rules such as ``{"level <= 2": 0.95, "level >= 3": 0.8}``); None where no rule names it."""
-    n = int(level.split()[-1])
+    n = level_number(level)
     for rule, share in target.items():
         word, op, bound = (rule.split() + ["", "", ""])[:3]
         if word == "level" and bound.isdigit() and {"<=": n <= int(bound), ">=": n >= int(bound)}.get(op):
@@ -668,7 +673,7 @@ def curve_levels(lines: list[dict]) -> tuple[list[str], list[str]]:
     body = evaluations(lines) + evaluations(lines, "confirm")
     splits = list(dict.fromkeys(s for line in body for s in line["splits"]))
     levels = sorted({lv for line in body for by in line["splits"].values() for lv in by},
-                    key=lambda lv: int(lv.split()[-1]))
+                    key=level_number)
     return splits, levels
 
 
@@ -1074,10 +1079,6 @@ VERDICTS = {"ahead": COLORS[2], "within": COLORS[0], "behind": COLORS[3]}
 RECORD = ("successes", "n", "ci_low", "ci_high")
 
 
-def level_number(level: str) -> int:
-    return int(level.split()[-1])
-
-
 def lever_points(lines: list[dict], base_lines: list[dict], split: str = "test") -> list[dict]:
     """A lever curve against the recipe's curve (``base_lines``, ``crafting-full-seed0``) at equal data: the
     lever's last sample evaluation at whose demonstrations + RL episodes (:func:`curve_x`, "budget") the
@@ -1187,17 +1188,6 @@ def membership_label(name: str, fields: dict) -> str:
     return f"{name} ({sets})" if sets else name
 
 
-def planned_steps(command: str | None) -> int | None:
-    """The ``--steps`` of a ``bench/crafting_membership.py`` command line, or None where it names none."""
-    words = (command or "").split()
-    for i, word in enumerate(words):
-        if word.startswith("--steps="):
-            return int(word.partition("=")[2])
-        if word == "--steps" and i + 1 < len(words):
-            return int(words[i + 1])
-    return None
-
-
 def membership_facts(record: dict, threshold: float = 0.8) -> dict:
     """From ``bench/results/crafting_membership.json`` (``bench/crafting_membership.py``, written as it runs):
     per arm, in the record's order, its ``fields``, ``label`` (:func:`membership_label`), how many ``scores``
@@ -1205,7 +1195,7 @@ def membership_facts(record: dict, threshold: float = 0.8) -> dict:
     ``reached_at``, the first training worlds seen at which its balanced accuracy is at least ``threshold``
     (None where it never is); ``first``, the arms that reach it at the fewest worlds (several where they tie),
     and ``first_worlds`` (an empty list and None while none does); ``steps``, the steps an arm runs to (the
-    command's ``--steps``, or the longest arm's last step where it names none or that is longer); and
+    record's ``steps``, or the longest arm's last step where it has none or that is longer); and
     ``partial``, the arms scored short of it (no score yet, or a last step before ``steps``): arms train one
     after another and the file is written as they go."""
     arms = {}
@@ -1217,7 +1207,7 @@ def membership_facts(record: dict, threshold: float = 0.8) -> dict:
                       "scores": len(rows), "last_step": last.get("step"), "last_worlds": last.get("worlds_seen"),
                       "last_balanced": last.get("balanced"), "reached_at": reached}
     longest = max((a["last_step"] for a in arms.values() if a["last_step"] is not None), default=0)
-    steps = max(planned_steps(record.get("command")) or 0, longest)
+    steps = max(record.get("steps") or 0, longest)
     at = [a["reached_at"] for a in arms.values() if a["reached_at"] is not None]
     first_worlds = min(at) if at else None
     return {"threshold": threshold, "steps": steps, "arms": arms,

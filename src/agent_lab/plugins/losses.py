@@ -114,17 +114,15 @@ def needed_labels(batch, tok, needed_of) -> tuple[torch.Tensor, torch.Tensor]:
     whether the goal needs that item (``needed_of(task)``, the goal's tree). A label belongs to the item, so each
     mention of it in the prompt, as a recipe line's head or as an ingredient, carries the same one."""
     B, L = batch.input_ids.shape
-    in_prompt = torch.arange(L, device=batch.input_ids.device)[None, :] < batch.prompt_lengths[:, None]
-    positions = torch.zeros(B, L, dtype=torch.bool, device=in_prompt.device)
-    labels = torch.zeros_like(positions)
+    lookup = torch.full((B, len(tok)), -1, dtype=torch.long)  # per row and word: -1 not an item, 1 needed, 0 not
     for b, task in enumerate(batch.tasks):
         needed = needed_of(task)
-        items = set(task["recipes"]) | set(task["base"])
-        ids = {tok.index[x]: x in needed for x in items if x in tok.index}
-        for j, token in enumerate(batch.input_ids[b].tolist()):
-            if token in ids:
-                positions[b, j], labels[b, j] = True, ids[token]
-    return positions & in_prompt, labels
+        for x in set(task["recipes"]) | set(task["base"]):
+            if x in tok.index:
+                lookup[b, tok.index[x]] = int(x in needed)
+    said = lookup.to(batch.input_ids.device).gather(1, batch.input_ids)
+    in_prompt = torch.arange(L, device=said.device)[None, :] < batch.prompt_lengths[:, None]
+    return (said >= 0) & in_prompt, said == 1
 
 
 @register
