@@ -6,9 +6,10 @@ for the skill that most failed crafting episodes get wrong first (an item off th
         --out bench/results/crafting_membership.json
 
 Each arm is a policy with a bidirectional prompt (``prompt_attention="bidirectional"``; the crafting recipe's
-sizes unless the arm sets ``ModelConfig`` fields, ``NAME:field=json,...``) trained from random weights on
-``needed_items_loss`` alone (``agent_lab.plugins.losses.needed_labels``), read off the prompt of fresh training
-worlds, 32 a step, Adam at lr 1e-3. Every ``--every`` steps it is scored on the prompts of fixed test worlds
+sizes) trained from random weights on ``needed_items_loss`` alone (``agent_lab.plugins.losses.needed_labels``),
+read off the prompt of fresh training worlds, 32 a step, Adam at lr 1e-3. An arm, ``NAME:field=json,...``, sets
+``ModelConfig`` fields, the crafting environment's training options (``level_weights``, ``train_distractors``)
+or the optimisation (``TRAIN_FIELDS``). Every ``--every`` steps it is scored on the prompts of fixed test worlds
 (``--worlds`` per level): the share of needed item mentions it calls needed, of the others it calls not needed,
 and their mean (the balanced accuracy: a policy that calls every item needed scores 0.5, however many mentions
 are needed). Each arm is written to ``--out`` as it goes (the file written whole, then moved into place).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -34,6 +36,10 @@ from agent_lab.policy import ModelConfig, TinyTransformer, WordTokenizer  # noqa
 from agent_lab.recipes import recipe  # noqa: E402
 from agent_lab.rollout import demonstration_batch  # noqa: E402
 
+#: What an arm may set besides ``ModelConfig`` fields and the environment's ``ENV_FIELDS``, with the defaults.
+TRAIN_FIELDS = {"lr": 1e-3, "batch": 32, "weight_decay": 0.0, "warmup": 0,  # warmup: steps of linear lr ramp
+                "level1_steps": 0}  # level1_steps: the first steps draw level-1 worlds only (a curriculum)
+ENV_FIELDS = ("level_weights", "train_distractors")
 WORDS = ("ok", "invalid")  # the two words whose logits say needed / not needed, as needed_items_loss reads them
 
 
@@ -62,38 +68,48 @@ def needed_logit(model, tok, view) -> torch.Tensor:
 
 def train_arm(name: str, fields: dict, steps: int, every: int, worlds: int, seed: int, on_row) -> list[dict]:
     cfg = recipe("crafting-full")
-    env = make_env("crafting", **{**cfg.env_options, "reread": False})
+    train = {**TRAIN_FIELDS, **{k: v for k, v in fields.items() if k in TRAIN_FIELDS}}
+    env_opts = {k: v for k, v in fields.items() if k in ENV_FIELDS}
+    model_fields = {k: v for k, v in fields.items() if k not in TRAIN_FIELDS and k not in ENV_FIELDS}
+    env = make_env("crafting", **{**cfg.env_options, "reread": False, **env_opts})
+    easy = make_env("crafting", **{**cfg.env_options, "reread": False, **env_opts, "train_levels": [1],
+                                   "level_weights": None})
     tok = WordTokenizer.from_env(env)
     sizes = {k: getattr(cfg.model, k) for k in ("d_model", "n_layers", "n_heads", "max_len", "positions")}
     torch.manual_seed(seed)
-    model = TinyTransformer(ModelConfig(len(tok), **{**sizes, "prompt_attention": "bidirectional", **fields}))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model = TinyTransformer(ModelConfig(len(tok), **{**sizes, "prompt_attention": "bidirectional", **model_fields}))
+    opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
+    ramp = lambda step: min(1.0, (step + 1) / train["warmup"]) if train["warmup"] else 1.0  # noqa: E731
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
     test = prompt_view(env, tok, env.eval_tasks("test", worlds * len(env.train_levels)))
     rng, rows, t0 = np.random.default_rng(seed), [], time.perf_counter()
     for step in range(steps + 1):
         if step % every == 0 or step == steps:
             with torch.no_grad():
                 score = balanced_accuracy(needed_logit(model, tok, test), test[4], test[3])
-            rows.append({"step": step, "worlds_seen": step * 32, "train_s": time.perf_counter() - t0, **score})
+            rows.append({"step": step, "worlds_seen": step * train["batch"], "train_s": time.perf_counter() - t0,
+                         **score})
             on_row(name, rows)
         if step == steps:
             return rows
-        _, _, _, where, labels = view = prompt_view(env, tok, env.sample_tasks(rng, 32))
+        source = easy if step < train["level1_steps"] else env
+        _, _, _, where, labels = view = prompt_view(env, tok, source.sample_tasks(rng, train["batch"]))
         z = needed_logit(model, tok, view)[where]
         loss = torch.nn.functional.binary_cross_entropy_with_logits(z, labels[where].float())
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sched.step()
 
 
 def parse_arm(text: str) -> tuple[str, dict]:
     name, _, rest = text.partition(":")
     fields = {}
-    for pair in filter(None, rest.split(",")):
+    for pair in filter(None, re.split(r",(?=[A-Za-z_]\w*=)", rest)):  # a comma inside a JSON list stays
         key, eq, value = pair.partition("=")
         if not eq:
-            raise ValueError(f"arm {text!r}: write NAME:field=value,... (a ModelConfig field and a JSON value)")
+            raise ValueError(f"arm {text!r}: write NAME:field=value,... (a field and a JSON value)")
         fields[key] = json.loads(value)
     return name, fields
 

@@ -50,3 +50,16 @@ def test_an_arm_without_values_is_refused_with_the_form_to_write(probe):
     with pytest.raises(ValueError, match="NAME:field=value"):
         probe.parse_arm("deep:n_layers")
     assert probe.parse_arm("deep:n_layers=8,line_positions=true") == ("deep", {"n_layers": 8, "line_positions": True})
+
+
+def test_an_arm_may_set_the_optimisation_and_the_training_worlds(probe, tmp_path):
+    assert probe.parse_arm("mix:level_weights=[1,1,2],lr=3e-4,n_layers=2") == (
+        "mix", {"level_weights": [1, 1, 2], "lr": 3e-4, "n_layers": 2})  # a list's commas stay in the list
+    out = tmp_path / "m.json"
+    probe.main(["--steps", "2", "--every", "1", "--worlds", "1", "--out", str(out), "--arm",
+                "t:d_model=16,n_layers=1,n_heads=2,batch=4,lr=3e-3,warmup=2,level1_steps=1,weight_decay=0.1,"
+                "train_distractors=3"])
+    rows = json.loads(out.read_text())["arms"]["t"]["rows"]
+    assert [r["worlds_seen"] for r in rows] == [0, 4, 8]
+    with pytest.raises(TypeError):  # a field that is none of the three kinds reaches ModelConfig, which refuses it
+        probe.main(["--steps", "1", "--worlds", "1", "--out", str(out), "--arm", "bad:not_a_field=1"])
