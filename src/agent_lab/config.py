@@ -210,10 +210,11 @@ class AlgorithmConfig:
 
 @dataclass
 class OptimizerConfig:
-    """Adam(lr, betas=(0.9, 0.99), weight_decay), the gradient's global norm clipped at ``grad_clip``."""
+    """AdamW(lr, betas=(0.9, 0.99), weight_decay), the gradient's global norm clipped at ``grad_clip``."""
 
     lr: float = setting(3e-3, "Adam's learning rate")
-    weight_decay: float = setting(0.0, "Adam's weight decay")
+    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW): each step scales the weights by "
+                                       "1 - lr * weight_decay")
     grad_clip: float = setting(1.0, "the gradient's global norm is clipped at this")
     rl_fresh_optimizer: bool = setting(False, "clear Adam's moments when RL takes over from SFT, so RL steps "
                                               "are not scaled by the SFT gradients' running second moment")

@@ -99,7 +99,7 @@ def describe_run(run: Any, phases: tuple[str, ...]) -> str:
     if run.loss_fn is not None:
         lines.append(f"loss: replaced by the user's {run.algo.loss_fn_signature}")
     o = cfg.optimizer
-    lines.append(f"optimizer: Adam(lr={o.lr}, betas=(0.9, 0.99), weight_decay={o.weight_decay}); "
+    lines.append(f"optimizer: AdamW(lr={o.lr}, betas=(0.9, 0.99), weight_decay={o.weight_decay}); "
                  f"gradient-norm clipping at {o.grad_clip}"
                  + ("; its moments cleared when RL takes over from SFT" if o.rl_fresh_optimizer else ""))
     return "\n".join(lines)

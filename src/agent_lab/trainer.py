@@ -37,7 +37,7 @@ from agent_lab import distributed as D
 from agent_lab import timing
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.branching import continuation_returns
-from agent_lab.config import TrainConfig
+from agent_lab.config import OptimizerConfig, TrainConfig
 from agent_lab.critic import policy_features
 from agent_lab.device import HeapTrimmer, autocast_dtype, map_large_blocks, pick_device, release_freed_memory
 from agent_lab.diagnostics import (MetricsWriter, Progress, describe_run, phase_times, plot_curves, rejected_share,
@@ -132,6 +132,14 @@ class Run:
 
     def of_kind(self, kind: type, phase: str | None = None) -> list:
         return [p for p in self.plugins if isinstance(p, kind) and (phase is None or p.phase == phase)]
+
+
+def make_optimizer(params, o: OptimizerConfig) -> torch.optim.Optimizer:
+    """AdamW(lr, betas=(0.9, 0.99), weight_decay): the decay is decoupled, ``theta <- theta * (1 - lr * wd)``
+    beside the Adam step, so its pull does not pass through Adam's per-weight normalisation (with an L2 term
+    in the gradient it would, and a weight with small gradients would be decayed hardest). At ``wd = 0`` it is
+    Adam."""
+    return torch.optim.AdamW(params, lr=o.lr, betas=(0.9, 0.99), weight_decay=o.weight_decay)
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -255,7 +263,7 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, advantage_fn
 
         ddp_model = DDP(model, device_ids=[info.local_rank] if device.type == "cuda" else None)
     o = cfg.optimizer
-    optimizer = torch.optim.Adam(model.parameters(), lr=o.lr, betas=(0.9, 0.99), weight_decay=o.weight_decay)
+    optimizer = make_optimizer(model.parameters(), o)
     max_tok = max_action_tokens(env)
     run_dir = Path(cfg.run.run_dir) if cfg.run.run_dir else Path(tempfile.mkdtemp(prefix=f"agent-lab-{cfg.env}-"))
     amp_dtype, precision = autocast_dtype(device, cfg.run.bf16, cfg.run.cpu_bf16)
