@@ -731,10 +731,8 @@ def test_the_membership_figure_draws_a_line_per_scored_arm_at_the_books_width():
     plt.close(fig)
 
 
-def test_the_committed_membership_run_draws():
-    path = RESULTS / "crafting_membership.json"
-    if not path.exists():
-        pytest.skip("bench/crafting_membership.py has not written its results")
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("crafting_membership*.json")), ids=lambda p: p.name)
+def test_every_committed_membership_run_draws(path):
     record = json.loads(path.read_text())
     f = rf.membership_facts(record)
     assert list(f["arms"]) == list(record["arms"])

@@ -1181,9 +1181,9 @@ def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafti
 
 # ----------------------------------------------------------------------------- which items the goal needs
 def membership_label(name: str, fields: dict) -> str:
-    """An arm of ``bench/crafting_membership.py`` named with the ``ModelConfig`` fields it sets, values as
-    JSON the way its ``--arm`` wrote them: ``l8 (n_layers=8)``, ``lines (line_positions=true)``; an arm that
-    sets none is its name alone."""
+    """An arm of ``bench/crafting_membership.py`` named with the fields it sets (model, training worlds or
+    optimisation), values as JSON the way its ``--arm`` wrote them: ``l8 (n_layers=8)``, ``lines
+    (line_positions=true)``; an arm that sets none is its name alone."""
     sets = ", ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
     return f"{name} ({sets})" if sets else name
 
