@@ -73,14 +73,13 @@ def train_arm(name: str, fields: dict, steps: int, every: int, worlds: int, seed
     model_fields = {k: v for k, v in fields.items() if k not in TRAIN_FIELDS and k not in ENV_FIELDS}
     env = make_env("crafting", **{**cfg.env_options, "reread": False, **env_opts})
     easy = make_env("crafting", **{**cfg.env_options, "reread": False, **env_opts, "train_levels": [1],
-                                   "level_weights": None})
+                                   "level_weights": None}) if train["level1_steps"] else env
     tok = WordTokenizer.from_env(env)
     sizes = {k: getattr(cfg.model, k) for k in ("d_model", "n_layers", "n_heads", "max_len", "positions")}
     torch.manual_seed(seed)
     model = TinyTransformer(ModelConfig(len(tok), **{**sizes, "prompt_attention": "bidirectional", **model_fields}))
     opt = torch.optim.AdamW(model.parameters(), lr=train["lr"], weight_decay=train["weight_decay"])
-    ramp = lambda step: min(1.0, (step + 1) / train["warmup"]) if train["warmup"] else 1.0  # noqa: E731
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / max(train["warmup"], 1)))
     test = prompt_view(env, tok, env.eval_tasks("test", worlds * len(env.train_levels)))
     rng, rows, t0 = np.random.default_rng(seed), [], time.perf_counter()
     for step in range(steps + 1):

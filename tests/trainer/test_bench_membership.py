@@ -38,7 +38,8 @@ def test_a_tiny_probe_writes_each_arm_as_it_goes(probe, tmp_path):
                 "--arm", "tiny:d_model=16,n_layers=1,n_heads=2", "--arm", "lines:d_model=16,n_layers=1,n_heads=2,"
                 "line_positions=true"])
     record = json.loads(out.read_text())
-    assert record["steps"] == 2 and list(record["arms"]) == ["tiny", "lines"] and record["arms"]["lines"]["fields"]["line_positions"] is True
+    assert record["steps"] == 2 and list(record["arms"]) == ["tiny", "lines"]
+    assert record["arms"]["lines"]["fields"]["line_positions"] is True
     for arm in record["arms"].values():
         assert [r["step"] for r in arm["rows"]] == [0, 1, 2]
         assert [r["worlds_seen"] for r in arm["rows"]] == [0, 32, 64]

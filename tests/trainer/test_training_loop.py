@@ -11,6 +11,7 @@ import agent_lab.evaluation
 import agent_lab.trainer as trainer_mod
 from agent_lab.checkpoints import save_checkpoint
 from agent_lab.cli import main as cli_main
+from agent_lab.config import OptimizerConfig
 from agent_lab.preflight import check_config
 from agent_lab.trainer import TrainConfig, train
 
@@ -320,16 +321,13 @@ def test_sft_on_demonstrations_reaches_the_planner_optimum_on_number_search(tmp_
 def test_weight_decay_is_decoupled_from_adams_normalisation():
     # With no gradient, decoupled decay scales every weight by 1 - lr * wd (0.95 here); an L2 term in the gradient
     # (torch's Adam(weight_decay=...)) would instead pass through Adam's normalisation and move each weight by lr.
-    from agent_lab.config import OptimizerConfig
-    from agent_lab.trainer import make_optimizer
-
     w = torch.nn.Parameter(torch.full((3,), 2.0))
-    opt = make_optimizer([w], OptimizerConfig(lr=0.1, weight_decay=0.25))
+    opt = trainer_mod.make_optimizer([w], OptimizerConfig(lr=0.1, weight_decay=0.25))
     w.grad = torch.zeros(3)
     opt.step()
     assert torch.allclose(w.detach(), torch.full((3,), 2.0 * (1 - 0.1 * 0.25)))
     still = torch.nn.Parameter(torch.full((3,), 2.0))
-    opt = make_optimizer([still], OptimizerConfig(lr=0.1))  # no decay: a zero gradient leaves the weights be
+    opt = trainer_mod.make_optimizer([still], OptimizerConfig(lr=0.1))  # no decay: a zero gradient leaves them
     still.grad = torch.zeros(3)
     opt.step()
     assert torch.equal(still.detach(), torch.full((3,), 2.0))
