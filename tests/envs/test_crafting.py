@@ -698,11 +698,15 @@ def _mistake_world() -> dict:
     (["get {b} 8", "craft {goal}"], MISTAKES["order"]),  # short of mid only: b is there
     (["get {mid} 1"], "not a base item"),
     (["get {a} 1"] * 6, MISTAKES["none"]),
+    (["think {goal} 1 = {mid} 2 {b} 1 ; {mid} 1 = {a} 2", "get {a} 1"] + ["get {a} 1"] * 5, MISTAKES["none"]),
+    (["think {goal} 1 = {mid} 2 {b} 1", "get {a} 8"] + ["get {b} 1"] * 5, MISTAKES["thought"]),  # mid's left out
+    (["think {goal} 1 = {mid} 2 {b} 1 ; {mid} 1 = {a} 2 ; {other} 1 = {c} 1", "get {c} 1"] + ["get {a} 1"] * 5,
+     MISTAKES["thought"]),  # a recipe off the tree added: it counts before the off-tree get
 ])
 def test_first_mistake_names_where_a_failed_episode_first_left_the_goals_plans(script, kind):
     world = _mistake_world()
     names = dict(zip(["a", "b", "c", "mid", "goal", "other"], ITEM_NAMES))
-    env = make_env("crafting", train_levels=[2])
+    env = make_env("crafting", train_levels=[2], think=any(s.startswith("think") for s in script))
     env.reset([world])
     for text in script:
         if env.step([text.format(**names)]).done[0]:

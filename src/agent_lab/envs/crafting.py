@@ -125,20 +125,25 @@ MISTAKES = {
     "few_crafted": "an intermediate crafted too few times",  # crafted, but short of it: counts and yields
     "few_fetched": "too few of a base item",  # short of a fetched ingredient: counts and yields
     "none": "no refusal, on the tree",  # every action valid and needed: the budget ran out
+    "thought": "a thought without the goal tree's recipes",  # think=True: a tree recipe left out or another added
 }
 
 
 def first_mistake(log: dict) -> str:
     """Where a failed crafting episode (``env.episode_logs()`` entry) first went wrong, one of :data:`MISTAKES`'
-    values or another refusal's error: its first action that names an item outside the goal's tree; else its
-    first refused action, a ``missing ingredients`` refusal named by what was short (a base item, an intermediate
-    crafted before, or one not crafted yet); else no mistake before the budget ran out. Replays the logged
-    actions on the logged world, so it needs no environment."""
+    values or another refusal's error: a thought (``think=True``) whose recipe lines are not the goal tree's (the
+    items heading its ``;``-separated lines, as a set); else its first action that names an item outside the
+    goal's tree; else its first refused action, a ``missing ingredients`` refusal named by what was short (a base
+    item, an intermediate crafted before, or one not crafted yet); else no mistake before the budget ran out.
+    Replays the logged actions on the logged world, so it needs no environment."""
     world = log["task"]
     tree, inv, crafted = goal_tree(world), {}, set()
     for turn in log["turns"]:
         words = (turn["text"] or "").split()
         if words[:1] == ["think"]:
+            heads = {line.split()[0] for line in " ".join(words[1:]).split(";") if line.split()}
+            if heads != {x for x in tree if x in world["recipes"]}:
+                return MISTAKES["thought"]
             continue
         if len(words) >= 2 and words[0] in ("get", "craft") and words[1] not in tree:
             return MISTAKES["off_tree"]
