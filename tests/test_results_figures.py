@@ -632,6 +632,29 @@ def test_levers_are_ahead_behind_or_within_the_recipe_by_their_intervals():
     assert alone["rows"] == {} and len(alone["left_out"]) == 3
 
 
+def test_a_lever_is_compared_with_the_recipe_on_its_own_seed():
+    behind = {**SAME, "level 1": _rec(1, 0.01, 0.24)}
+    strong = {f"level {lv}": _rec(20, 0.84, 1.0) for lv in (1, 2, 3)}  # seed 1's recipe, far above seed 0's
+    curves = {"crafting-full-seed0": LEVER_BASE,
+              "crafting-full-seed1": [HEADER, _lever_line(3200, strong)],
+              "lever-x-seed0": [HEADER, _lever_line(3200, SAME)],
+              "lever-x-seed1": [HEADER, _lever_line(3200, SAME)],
+              "lever-x-seed2": [HEADER, _lever_line(3200, behind)]}
+    assert rf.same_seed("lever-x-seed1", "crafting-full-seed0") == "crafting-full-seed1"
+    assert rf.same_seed("lever-x", "crafting-full-seed0") == "crafting-full-seed0"
+    f = rf.levers_vs_baseline_facts(curves)
+    assert {n: r["base"] for n, r in f["rows"].items()} == {"lever-x-seed0": "crafting-full-seed0",
+                                                           "lever-x-seed1": "crafting-full-seed1"}
+    assert f["rows"]["lever-x-seed1"]["verdict"]["level 1"] == "behind", "against seed 1's curve, not seed 0's"
+    assert f["rows"]["lever-x-seed0"]["verdict"]["level 1"] == "within"
+    assert f["left_out"] == ["lever-x-seed2"], "no seed-2 recipe curve: nothing to compare with"
+    fig = rf.levers_vs_baseline_figure(curves)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[0] == "crafting-full on the lever's seed, same demonstrations + episodes"
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["x (3,200)", "x-seed1 (3,200)"]
+    plt.close(fig)
+
+
 def test_the_levers_figure_draws_a_row_per_lever_named_with_its_demonstrations():
     curves = {"crafting-full-seed0": LEVER_BASE,
               "lever-a-seed0": [HEADER, _lever_line(9600, SAME)],

@@ -9,6 +9,7 @@ seeds a bold one.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import defaultdict
 
@@ -1111,25 +1112,34 @@ def verdict(point: dict) -> str:
 
 
 def lever_name(name: str) -> str:
-    """A lever curve's name without the ``lever-`` and ``-seed0`` its file names all carry."""
+    """A lever curve's name without the ``lever-`` its file names all carry, nor a ``-seed0``."""
     return name.removeprefix("lever-").removesuffix("-seed0")
+
+
+def same_seed(name: str, base: str) -> str:
+    """The curve of recipe ``base`` (``crafting-full-seed0``) on curve ``name``'s seed (its ``-seed<k>``; none:
+    ``base``'s own): a lever is compared with the recipe trained from the same random draws."""
+    seed = re.search(r"-seed\d+$", name)
+    return re.sub(r"-seed\d+$", "", base) + seed.group() if seed else base
 
 
 def levers_vs_baseline_facts(curves: dict[str, list[dict]], base: str = "crafting-full-seed0",
                              split: str = "test") -> dict:
-    """Every ``lever-*`` curve against the recipe's curve ``base`` at equal demonstrations
-    (:func:`lever_points`): ``rows``, per lever, the demonstrations ``x`` compared at, the ``points`` and each
-    level's ``verdict`` (:func:`verdict`); ``counts``, per level, how many levers are ahead, within and behind;
-    ``ahead`` and ``behind``, per level, the levers that are; ``left_out``, the levers that share no sample
-    point with the recipe (or all of them, when ``base`` is not among the curves)."""
+    """Every ``lever-*`` curve against the recipe's curve on the lever's seed (:func:`same_seed` of ``base``) at
+    equal demonstrations (:func:`lever_points`): ``rows``, per lever, the recipe curve ``base`` it was compared
+    with, the demonstrations ``x`` compared at, the ``points`` and each level's ``verdict`` (:func:`verdict`);
+    ``counts``, per level, how many levers are ahead, within and behind; ``ahead`` and ``behind``, per level, the
+    levers that are; ``left_out``, the levers that share no sample point with the recipe on their seed (or have
+    no such curve)."""
     levers = [n for n in curves if n.startswith("lever-")]
     rows, left_out = {}, []
     for name in levers:
-        points = lever_points(curves[name], curves[base], split) if base in curves else []
+        mine = same_seed(name, base)
+        points = lever_points(curves[name], curves[mine], split) if mine in curves else []
         if not points:
             left_out.append(name)
             continue
-        rows[name] = {"x": points[0]["x"], "points": points,
+        rows[name] = {"base": mine, "x": points[0]["x"], "points": points,
                       "verdict": {p["level"]: verdict(p) for p in points}}
     levels = sorted({lv for r in rows.values() for lv in r["verdict"]}, key=level_number)
     counts = {lv: {v: sum(r["verdict"].get(lv) == v for r in rows.values()) for v in VERDICTS}
@@ -1171,7 +1181,9 @@ def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafti
     axes[len(axes) // 2].set_xlabel(xlabel, fontsize=8)  # one label: the panels are narrow
     axes[0].set_yticks(range(len(names)), [label(n) for n in names], fontsize=7)
     axes[0].set_ylim(len(names) - 0.5, -0.5)  # the first lever at the top
-    axes[0].plot([], [], "o", color="grey", label=f"{base}, same demonstrations + episodes")
+    bases = {r["base"] for r in f["rows"].values()}  # one seed's recipe curve, or each lever's own seed's
+    recipe = base if bases <= {base} else re.sub(r"-seed\d+$", "", base) + " on the lever's seed"
+    axes[0].plot([], [], "o", color="grey", label=f"{recipe}, same demonstrations + episodes")
     for v, color in VERDICTS.items():
         axes[0].plot([], [], "o", color=color, label=f"lever, {v}")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
