@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from _results import commit, cpu_flags, cpu_model  # noqa: E402
+from _results import commit, machine  # noqa: E402
 
 from agent_lab.checkpoints import load_checkpoint  # noqa: E402
 from agent_lab.config import TrainConfig  # noqa: E402
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> None:
         old = json.loads(a.out.read_text()) if a.out.exists() else {}
     except (ValueError, json.JSONDecodeError) as e:  # a wrong folder or a damaged output: one line, nothing written
         p.error(str(e))
-    machine = {"cpu": cpu_model(), "cpu_flags": cpu_flags(), "torch": torch.__version__, "commit": commit()}
-    out = {**old, **{name: {**r, **machine} for name, r in records.items()}}
+    measured = {**machine(), "commit": commit()}  # cores, CPU and its flags, platform, torch, device
+    out = {**old, **{name: {**r, **measured} for name, r in records.items()}}
     tmp = a.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=1) + "\n")
     tmp.replace(a.out)
