@@ -648,6 +648,7 @@ def test_a_lever_is_compared_with_the_recipe_on_its_own_seed():
     assert f["rows"]["lever-x-seed1"]["verdict"]["level 1"] == "behind", "against seed 1's curve, not seed 0's"
     assert f["rows"]["lever-x-seed0"]["verdict"]["level 1"] == "within"
     assert f["left_out"] == ["lever-x-seed2"], "no seed-2 recipe curve: nothing to compare with"
+    assert f["bases"] == ["crafting-full-seed0", "crafting-full-seed1"]
     fig = rf.levers_vs_baseline_figure(curves)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[0] == "crafting-full on the lever's seed, same demonstrations + episodes"

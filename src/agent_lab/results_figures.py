@@ -1116,11 +1116,14 @@ def lever_name(name: str) -> str:
     return name.removeprefix("lever-").removesuffix("-seed0")
 
 
+SEED_SUFFIX = re.compile(r"-seed\d+$")  # a curve file's seed: crafting-full-seed1, lever-x-seed1
+
+
 def same_seed(name: str, base: str) -> str:
     """The curve of recipe ``base`` (``crafting-full-seed0``) on curve ``name``'s seed (its ``-seed<k>``; none:
     ``base``'s own): a lever is compared with the recipe trained from the same random draws."""
-    seed = re.search(r"-seed\d+$", name)
-    return re.sub(r"-seed\d+$", "", base) + seed.group() if seed else base
+    seed = SEED_SUFFIX.search(name)
+    return SEED_SUFFIX.sub("", base) + seed.group() if seed else base
 
 
 def levers_vs_baseline_facts(curves: dict[str, list[dict]], base: str = "crafting-full-seed0",
@@ -1128,9 +1131,9 @@ def levers_vs_baseline_facts(curves: dict[str, list[dict]], base: str = "craftin
     """Every ``lever-*`` curve against the recipe's curve on the lever's seed (:func:`same_seed` of ``base``) at
     equal demonstrations (:func:`lever_points`): ``rows``, per lever, the recipe curve ``base`` it was compared
     with, the demonstrations ``x`` compared at, the ``points`` and each level's ``verdict`` (:func:`verdict`);
-    ``counts``, per level, how many levers are ahead, within and behind; ``ahead`` and ``behind``, per level, the
-    levers that are; ``left_out``, the levers that share no sample point with the recipe on their seed (or have
-    no such curve)."""
+    ``bases``, the recipe curves used; ``counts``, per level, how many levers are ahead, within and behind;
+    ``ahead`` and ``behind``, per level, the levers that are; ``left_out``, the levers that share no sample point
+    with the recipe on their seed (or have no such curve)."""
     levers = [n for n in curves if n.startswith("lever-")]
     rows, left_out = {}, []
     for name in levers:
@@ -1144,7 +1147,8 @@ def levers_vs_baseline_facts(curves: dict[str, list[dict]], base: str = "craftin
     levels = sorted({lv for r in rows.values() for lv in r["verdict"]}, key=level_number)
     counts = {lv: {v: sum(r["verdict"].get(lv) == v for r in rows.values()) for v in VERDICTS}
               for lv in levels}
-    return {"base": base, "split": split, "rows": rows, "levels": levels, "counts": counts,
+    return {"base": base, "bases": sorted({r["base"] for r in rows.values()}), "split": split, "rows": rows,
+            "levels": levels, "counts": counts,
             "ahead": {lv: [n for n, r in rows.items() if r["verdict"].get(lv) == "ahead"] for lv in levels},
             "behind": {lv: [n for n, r in rows.items() if r["verdict"].get(lv) == "behind"] for lv in levels},
             "left_out": left_out}
@@ -1181,8 +1185,7 @@ def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafti
     axes[len(axes) // 2].set_xlabel(xlabel, fontsize=8)  # one label: the panels are narrow
     axes[0].set_yticks(range(len(names)), [label(n) for n in names], fontsize=7)
     axes[0].set_ylim(len(names) - 0.5, -0.5)  # the first lever at the top
-    bases = {r["base"] for r in f["rows"].values()}  # one seed's recipe curve, or each lever's own seed's
-    recipe = base if bases <= {base} else re.sub(r"-seed\d+$", "", base) + " on the lever's seed"
+    recipe = base if set(f["bases"]) <= {base} else SEED_SUFFIX.sub("", base) + " on the lever's seed"
     axes[0].plot([], [], "o", color="grey", label=f"{recipe}, same demonstrations + episodes")
     for v, color in VERDICTS.items():
         axes[0].plot([], [], "o", color=color, label=f"lever, {v}")
