@@ -22,8 +22,10 @@ of 16; its RL piece is the recipe's); ``bf16-sft-whole`` (both); ``prefix`` (the
 both ways, ``prompt_attention="bidirectional"``, in place of the recipe's re-read prompt: SFT piece only, since
 the committed policy has the other shape), ``prefix-bf16`` (with ``cpu_bf16`` too) and ``compile`` (the
 teacher-forced pass of SFT and of the RL update through ``torch.compile`` with dynamic shapes; sampling's
-cached steps stay eager). Each piece's seconds include a compiled arm's first compilation; its median step
-does not.
+cached steps stay eager) and ``ahead`` (each SFT step's demonstrations built on a second thread while the step
+before it trains, ``prepare_ahead``: SFT piece only, since RL steps build no demonstrations). Each piece's
+seconds include a compiled arm's first compilation; its median step does not. ``--threads N`` runs every arm
+on N torch threads (default: the recipe's, torch's default).
 
 Figures are printed and written to ``bench/results/bench_crafting_profile.json``, section ``profile`` (or
 ``--section``'s name, so that a short run beside the committed one keeps it).
@@ -32,7 +34,7 @@ Figures are printed and written to ``bench/results/bench_crafting_profile.json``
 policy, into section ``tiny``: every code path in seconds (what the tests do).
 
 Usage: ``python bench/bench_crafting_profile.py [--sft-steps 200] [--rl-steps 15] [--repeats 1] [--arms ...]
-[--section NAME]``
+[--threads N] [--section NAME]``
 """
 
 from __future__ import annotations
@@ -57,9 +59,10 @@ ARMS = {"recipe": {}, "keep-rows": {"micro_batch_size": 32, "keep_finished_rows"
         "bf16-sft-whole": {"cpu_bf16": True, "sft_whole_batch": True},
         "prefix": {"prompt_attention": "bidirectional", "no_reread": True},
         "prefix-bf16": {"prompt_attention": "bidirectional", "no_reread": True, "cpu_bf16": True},
-        "compile": {"compile_training_pass": True}}
-#: Arm settings that change the policy's shape or its prompt, so the committed policy cannot start their RL piece.
-SFT_ONLY = ("prompt_attention", "no_reread")
+        "compile": {"compile_training_pass": True}, "ahead": {"prepare_ahead": True}}
+#: Arm settings that change the policy's shape or its prompt, so the committed policy cannot start their RL piece,
+#: or that change nothing in it (prepare_ahead).
+SFT_ONLY = ("prompt_attention", "no_reread", "prepare_ahead")
 TINY = {"d_model": 16, "n_layers": 1, "n_heads": 2, "sft_batch_size": 4, "batch_size": 8, "group_size": 4}
 TINY_EVAL_SIZE = 4  # evaluation worlds per level with --tiny
 
@@ -82,13 +85,13 @@ def _piece(name: str, run, sft: bool) -> dict:
             "flops_per_token": train_flops_per_token(result.policy, context)}
 
 
-def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False) -> None:
+def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False, threads: int = 0) -> None:
     """One arm, in its own process: the SFT piece, then the RL piece; figures to ``out``."""
     import agent_lab.rollout as rollout
     import agent_lab.trainer as trainer
     from agent_lab.recipes import recipe
 
-    settings = {**ARMS[arm], **(TINY if tiny else {})}
+    settings = {**ARMS[arm], **(TINY if tiny else {}), **({"cpu_threads": threads} if threads else {})}
     if settings.pop("keep_freed_memory", False):
         trainer.HeapTrimmer.__call__ = lambda self, step_s: False
     if settings.pop("compile_training_pass", False):  # sampling's cached steps stay eager
@@ -121,8 +124,8 @@ def child(arm: str, sft_steps: int, rl_steps: int, out: Path, tiny: bool = False
 
 def run_arm(arm: str, args: argparse.Namespace) -> list[dict]:
     """:func:`child` in a fresh process: the pieces of arm ``arm``."""
-    (pieces,) = run_fresh(__file__, ["--child", arm, "--sft-steps", args.sft_steps,
-                                     "--rl-steps", args.rl_steps, *["--tiny"] * args.tiny])
+    (pieces,) = run_fresh(__file__, ["--child", arm, "--sft-steps", args.sft_steps, "--rl-steps", args.rl_steps,
+                                     "--threads", args.threads, *["--tiny"] * args.tiny])
     return pieces
 
 
@@ -134,6 +137,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p.add_argument("--rl-steps", type=int, default=15)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch threads of every arm (0: the recipe's, torch's default)")
     p.add_argument("--tiny", action="store_true",
                    help="a tiny policy: every code path in seconds (the tests)")
     add_child_options(p, choices=list(ARMS))
@@ -141,11 +146,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p.add_argument("--section", help="the results' section to write (default: profile, or tiny with --tiny)")
     args = p.parse_args(argv)
     if args.child:
-        child(args.child, args.sft_steps, args.rl_steps, args.out, args.tiny)
+        child(args.child, args.sft_steps, args.rl_steps, args.out, args.tiny, args.threads)
         return {}
     import torch
 
-    threads = torch.get_num_threads()  # the recipe's cpu_threads=0: torch's default
+    threads = args.threads or torch.get_num_threads()  # the recipe's cpu_threads=0: torch's default
     peaks = {f"{dtype}, {n} thread{'s' * (n > 1)}": matmul_peak(n, dtype)
              for dtype in ("float32", "bfloat16") for n in sorted({1, threads})}
     print("matmul peak (1024 x 1024), GFLOP/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))

@@ -252,6 +252,9 @@ class RunConfig:
                                   "nothing from more")
     micro_batch_size: int = setting(0, "episodes per forward/backward (0: the whole batch); the gradient "
                                        "does not change")
+    prepare_ahead: bool = setting(False, "build each SFT step's demonstrations on a second thread while the step "
+                                         "before it trains (the same batches; not with DAgger, which plays the "
+                                         "policy)")
     run_dir: str | None = setting(None, "where the run writes its files (None: a fresh temporary directory)")
     checkpoint_every: int = setting(0, "checkpoint every this many steps (0: only at the end)")
     resume: bool = setting(False, "continue from run_dir/checkpoint.pt")
@@ -265,6 +268,8 @@ class RunConfig:
             _count(name, getattr(self, name))
         if self.time_limit_s is not None:
             _number("time_limit_s", self.time_limit_s, strict=True)
+        if not isinstance(self.prepare_ahead, bool):
+            raise ValueError(f"prepare_ahead must be True or False, got {self.prepare_ahead!r}")
         if self.resume and self.run_dir is None:
             raise ValueError("resume=True needs run_dir (the directory holding checkpoint.pt)")
 

@@ -13,7 +13,7 @@ from agent_lab.algorithms import rl_algorithms
 from agent_lab.config import TrainConfig
 from agent_lab.envs import ENV_NAMES
 from agent_lab.estimators.aggregation import OBJECTIVES
-from agent_lab.plugins import make_plugins
+from agent_lab.plugins import DemonstrationSource, make_plugins
 
 __all__ = ["check_config"]
 
@@ -39,3 +39,6 @@ def check_config(cfg: TrainConfig, world_size: int = 1) -> None:
                          f"{a.batch_size // world_size}")
     for plugin in make_plugins(cfg.plugins):  # each plug-in checks its own options, then the run
         plugin.check(cfg, world_size)
+        if cfg.run.prepare_ahead and isinstance(plugin, DemonstrationSource) and plugin.plays_policy:
+            raise ValueError(f"prepare_ahead=True builds a step's demonstrations before the step before it has "
+                             f"trained, but {plugin.name} plays the current policy: turn one of them off")

@@ -5,13 +5,14 @@ summed per phase since the last call and starts again. Spans nest, and each seco
 innermost open span: the environment's ``step`` inside a rollout counts as ``environment``, not as
 ``sampling``. The trainer logs each phase as ``time_<phase>_s`` and what no span covered as ``time_other_s``.
 
-One stopwatch per process: under ``torchrun`` each worker times its own share. Not thread-safe (the trainer
-runs its stages on one thread).
+One stopwatch per thread: under ``torchrun`` each worker times its own share, and work a second thread does
+for a later step (:mod:`agent_lab.ahead`) never lands in the step the main thread is timing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -50,14 +51,22 @@ class Stopwatch:
         return out
 
 
-_CLOCK = Stopwatch()
+_CLOCKS = threading.local()
+
+
+def _clock() -> Stopwatch:
+    """The calling thread's stopwatch (made on first use)."""
+    if not hasattr(_CLOCKS, "watch"):
+        _CLOCKS.watch = Stopwatch()
+    return _CLOCKS.watch
 
 
 def span(name: str):
-    """``with span("loss"):`` counts the block's exclusive seconds under ``name`` on the process's stopwatch."""
-    return _CLOCK.span(name)
+    """``with span("loss"):`` counts the block's exclusive seconds under ``name`` on the calling thread's
+    stopwatch."""
+    return _clock().span(name)
 
 
 def take() -> dict[str, float]:
-    """The process stopwatch's seconds per phase since the last call."""
-    return _CLOCK.take()
+    """The calling thread's seconds per phase since its last call."""
+    return _clock().take()

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from agent_lab import distributed as D
 from agent_lab import timing
+from agent_lab.ahead import Ahead
 from agent_lab.algorithms import AlgoState, Algorithm, make_algorithm
 from agent_lab.branching import continuation_returns
 from agent_lab.config import OptimizerConfig, TrainConfig
@@ -120,6 +121,7 @@ class Run:
     # plain data that a program driving the loop keeps with the run (bench/crafting_curve.py's curve so far):
     # saved in every checkpoint and restored with it, so the driver resumes exactly where the run does
     driver_state: dict = field(default_factory=dict)
+    ahead: Ahead | None = None  # SFT batches built a step ahead on a second thread (cfg.run.prepare_ahead)
 
     def amp(self):
         """Autocast to ``amp_dtype`` (bf16 on CUDA, or on a fast-bf16 CPU with cpu_bf16), else a no-op."""
@@ -279,6 +281,7 @@ def start_run(cfg: TrainConfig, phases: tuple[str, ...], init=None, advantage_fn
     elif source is not None:
         restore(run, source.checkpoint if isinstance(source, TrainResult) else Path(source))
     run.description = describe_run(run, phases)
+    run.ahead = _prepare_ahead(run)
     _open_run_dir(run, progress)
     return run
 
@@ -341,6 +344,8 @@ def save(run: Run) -> None:
 def finish_run(run: Run) -> TrainResult:
     """Checkpoint, final greedy evaluation (the last step's when it has one), metrics CSV and curves; the heap's
     freed memory goes back to the OS (a next phase in this process starts from what it needs, not from ours)."""
+    if run.ahead is not None:
+        run.ahead.close()
     save(run)
     last = run.history[-1] if run.history else {}
     final = run.last_eval if (run.last_eval is not None and "eval_success" in last) else _evaluate(run)
@@ -433,19 +438,43 @@ def _set_lr(run: Run, lr: float) -> float:
     return lr
 
 
-def sft_step(run: Run, step: int) -> dict:
-    """One SFT step: this worker's share of ``sft.batch_size`` tasks, their demonstrations, one update."""
+def sft_batch(run: Run, step: int) -> tuple[RolloutBatch, dict]:
+    """Step ``step``'s SFT batch: this worker's share of ``sft.batch_size`` tasks and their demonstrations, and
+    what the demonstration sources log. Every draw is seeded by the step, so the batch depends on it alone."""
     cfg = run.cfg
-    row: dict[str, Any] = {"step": step, "phase": "sft", "lr": _set_lr(run, sft_lr_at(cfg, step))}
     with span("environment"):
         tasks = run.env.sample_tasks(task_rng(cfg.seed, step), cfg.sft.batch_size, split="train")
     tasks = tasks[D.shard(cfg.sft.batch_size, run.info)]
-    demos, trained, rng = None, None, demonstration_rng(cfg.seed, step, run.info.rank)
+    demos, trained, rng, row = None, None, demonstration_rng(cfg.seed, step, run.info.rank), {}
     with span("demonstrations"):
         for source in run.of_kind(DemonstrationSource):
             demos, trained, figures = source.demonstrations(run, tasks, step, demos, trained, rng)
             row.update(figures)
         batch = demonstration_batch(run.env, run.tok, tasks, run.device, demos=demos, trained=trained)
+    return batch, row
+
+
+def _prepare_ahead(run: Run) -> Ahead | None:
+    """With ``run.prepare_ahead``, SFT batches built a step ahead on a second thread, on an environment of its
+    own (the run's stays the main thread's); None otherwise or when no SFT step is left."""
+    if not run.cfg.run.prepare_ahead or run.step >= run.cfg.sft.steps:
+        return None
+    view = copy.copy(run)  # what a demonstration source reads; the policy-playing ones are refused (preflight)
+    view.env = build_env(run.cfg)
+    return Ahead(lambda step: sft_batch(view, step), end=run.cfg.sft.steps)
+
+
+def sft_step(run: Run, step: int) -> dict:
+    """One SFT step: its batch (:func:`sft_batch`, built a step ahead with ``run.prepare_ahead``), one update.
+    ``ahead_s``: the seconds a second thread spent building the batch while the step before trained."""
+    cfg = run.cfg
+    row: dict[str, Any] = {"step": step, "phase": "sft", "lr": _set_lr(run, sft_lr_at(cfg, step))}
+    if run.ahead is None:
+        batch, figures = sft_batch(run, step)
+    else:
+        with span("demonstrations"):  # what is left of the wait for the worker
+            (batch, figures), row["ahead_s"] = run.ahead.take(step)
+    row.update(figures)
     adv = run.sft_algo.advantages(batch, run.state)
     row.update(_gradient_step(run, batch, adv, run.sft_algo, phase="sft"))
     row.update(success=float(batch.success.float().mean()), _episodes=cfg.sft.batch_size)

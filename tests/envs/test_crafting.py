@@ -664,6 +664,24 @@ def test_reread_shows_the_prompt_twice_and_changes_nothing_else():
             make_env("crafting", reread=bad)
 
 
+def test_tagged_ingredients_name_the_line_item_before_each_ingredient_and_change_nothing_else():
+    plain = make_env("crafting", plan="fetch_full")
+    tagged = make_env("crafting", plan="fetch_full", tag_ingredients=True)
+    tasks = plain.sample_tasks(3, 12)
+    for task, a, b in zip(tasks, plain.demonstrations(tasks), tagged.demonstrations(tasks)):
+        lines = {line.split()[0]: line for line in b[0][0].splitlines()[2:-2]}
+        assert set(lines) == set(task["shown"])
+        for item, line in lines.items():
+            needs = task["recipes"][item]["needs"]
+            want = f"{item} {task['recipes'][item]['yield']} = " + " ".join(f"{item} {y} {n}" for y, n in needs.items())
+            assert line == want
+        assert [x.split()[0] for x in b[0][0].splitlines()] == [x.split()[0] for x in a[0][0].splitlines()]
+        assert b[1:] == a[1:]  # the same plan and the same observations after the prompt
+    assert tagged.optimal_success(tasks) == 1.0 and tagged.vocabulary() == plain.vocabulary()
+    with pytest.raises(ValueError, match="tag_ingredients"):
+        make_env("crafting", tag_ingredients=1)
+
+
 def test_private_worlds_come_from_seeds_outside_every_named_split():
     from agent_lab.envs.crafting_world import HELD_OUT_GOALS
 

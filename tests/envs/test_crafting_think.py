@@ -77,6 +77,16 @@ def test_think_plans_solve_every_split_and_fit_the_action_limits():
     assert max_action_tokens(env) == env.max_policy_tokens and max_action_tokens(plain) == plain.max_turns * 4
 
 
+def test_a_tagged_thought_copies_the_tagged_lines_and_fits_the_action_limits():
+    env = make_env("crafting", think=True, plan="fetch_full", tag_ingredients=True, train_levels=[1, 2, 3])
+    for task, demo in zip(tasks := env.eval_tasks("test", 30), env.demonstrations(tasks)):
+        prompt_lines = set(demo[0][0].splitlines())
+        lines = demo[0][1].removeprefix("think ").split(" ; ")
+        assert demo[0][1] == thought(task, tagged=True) and set(lines) <= prompt_lines
+        assert len(demo[0][1].split()) <= env.max_action_words and len(demo[0][1]) <= env.max_action_chars
+    assert env.optimal_success(tasks) == 1.0
+
+
 def test_recovery_demonstrations_keep_the_thought_and_never_think_twice():
     env = make_env("crafting", think=True)
     tasks = env.sample_tasks(2, 30)

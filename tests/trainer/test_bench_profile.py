@@ -72,16 +72,17 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 @pytest.mark.slow
 def test_the_crafting_profile_bench_runs_every_arm_and_saves_them(tmp_path, capsys):
     bench = _load("bench_crafting_profile")
-    # every setting an arm changes, in six arms: bf16-sft-whole has those of bf16 and of sft-whole, prefix-bf16
+    # every setting an arm changes, in seven arms: bf16-sft-whole has those of bf16 and of sft-whole, prefix-bf16
     # those of prefix (whose RL piece runs here only because a tiny policy's starts from random weights)
-    arms = ["recipe", "keep-rows", "whole-batch", "bf16-sft-whole", "prefix-bf16", "compile"]
+    arms = ["recipe", "keep-rows", "whole-batch", "bf16-sft-whole", "prefix-bf16", "compile", "ahead"]
     assert {k for a in bench.ARMS for k in bench.ARMS[a]} == {k for a in arms for k in bench.ARMS[a]}
-    got = bench.main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--arms", *arms,
+    got = bench.main(["--tiny", "--sft-steps", "4", "--rl-steps", "1", "--arms", *arms, "--threads", "1",
                       "--results", str(tmp_path / "p.json")])
     out = capsys.readouterr().out
     assert "recipe / whole-batch" in out and "recipe / keep-rows" in out and "matmul peak" in out
     saved = json.loads((tmp_path / "p.json").read_text())["sections"]["tiny"]["rows"][0]
     assert list(got) == ["tiny"] and as_saved(got["tiny"]) == [saved]
+    assert saved["threads"] == 1 and "float32, 1 thread " in out  # --threads: every arm's, and the peak of their shares
     assert all(0 < r["median_step_s"] <= r["s_per_step"] * r["steps"] for r in saved["arms"])
     assert {(r["arm"], r["piece"], r["steps"]) for r in saved["arms"]} == {
         (arm, piece, steps) for arm in arms for piece, steps in (("SFT", 4), ("RL", 1))}

@@ -75,6 +75,11 @@ of the copy before it worked out, so each further copy can take the chain one mo
 A policy with ``prompt_attention="bidirectional"`` (``agent_lab.config.ModelConfig``) reads the prompt in both
 directions at once, so it needs no second copy.
 
+Tagged ingredients (``tag_ingredients=True``): each recipe line names its item again before every ingredient,
+``wire 1 = wire mortar 1 wire hinge 1``. Which line an ingredient belongs to is then the token just before it,
+which one attention head reading the previous token passes on; in the plain line it lies a varying number of
+tokens back, at the line's start.
+
 Book: book/part3/01_crafting.md.
 """
 
@@ -199,6 +204,7 @@ class Crafting(TextEnv):
         think: bool = False,  # allow one free "think <words>" before the first step; demonstrations think
         train_distractors: int | None = None,  # distractor recipes per training world; None: each level's own
         reread: bool | int = False,  # True (or k): the prompt shown twice (1 + k times), each copy after the last
+        tag_ingredients: bool = False,  # recipe lines name their item before each ingredient
     ):
         if isinstance(train_levels, (str, bytes)) or not isinstance(train_levels, Sequence) or not train_levels:
             raise ValueError(f"train_levels must be a non-empty list of levels {sorted(LEVELS)}, got {train_levels!r}")
@@ -211,6 +217,7 @@ class Crafting(TextEnv):
         check_choice("shaping", shaping, SHAPINGS)
         check_bool("mask_actions", mask_actions)
         check_bool("think", think)
+        check_bool("tag_ingredients", tag_ingredients)
         if not isinstance(reread, bool):  # True / False as before; else a count of extra copies
             check_int("reread", reread, 0, 3)
         check_choice("plan", plan, tuple(PLANS))
@@ -246,15 +253,17 @@ class Crafting(TextEnv):
             think=think,
             train_distractors=train_distractors,
             reread=reread,
+            tag_ingredients=tag_ingredients,
         )
         # An upper bound on any episode's length: the longest plan a level admits plus its slack.
         used = levels if deeper_level is None else [*levels, deeper_level]
         self.max_turns = max(LEVELS[lv].max_plan + LEVELS[lv].slack for lv in used)
         if think:
             # A thought lists at most max_plan - 1 recipes (each needed recipe is crafted at least once, and a
-            # plan has at least one get), each at most 3 + 2 * max_ingredients words plus its ";".
+            # plan has at least one get), each at most 3 + 2 * max_ingredients words (3 * with tag_ingredients)
+            # plus its ";".
             self.max_action_words = 1 + max(
-                (LEVELS[lv].max_plan - 1) * (4 + 2 * LEVELS[lv].max_ingredients) for lv in used
+                (LEVELS[lv].max_plan - 1) * (4 + (2 + tag_ingredients) * LEVELS[lv].max_ingredients) for lv in used
             )
             self.max_action_chars = self.max_action_words * (1 + max(map(len, ITEM_NAMES)))
             self.max_turns += 1  # the thought is a turn, though not a step of the budget
@@ -342,7 +351,7 @@ class Crafting(TextEnv):
         lines = [f"goal {world['goal']}", "recipes"]
         shown_base = set()
         for item in world["shown"]:
-            lines.append(recipe_line(world, item))
+            lines.append(recipe_line(world, item, self.tag_ingredients))
             shown_base.update(y for y in world["recipes"][item]["needs"] if y not in world["recipes"])
         lines.append("base " + " ".join(sorted(shown_base)))
         lines.append(f"steps {world['budget']}")
@@ -490,7 +499,7 @@ class Crafting(TextEnv):
         """A shortest plan from ``inventory`` in the style chosen by ``plan`` (the demonstrations' actions);
         with ``think``, a plan from the start (``inventory=None``) opens with :func:`thought`."""
         plan = PLANS[self.plan](world, inventory, self.max_get)
-        return [thought(world), *plan] if self.think and inventory is None else plan
+        return [thought(world, self.tag_ingredients), *plan] if self.think and inventory is None else plan
 
     def optimal_success(self, tasks: Sequence[dict]) -> float:
         """The planner's success rate over ``tasks``, found by executing its plans (1.0 on valid worlds)."""

@@ -452,13 +452,15 @@ def _draw_world(rng: random.Random, spec: Level, goal_pool: str) -> dict | None:
     return world
 
 
-def recipe_line(world: Mapping, item: str) -> str:
-    """``item`` 's recipe as the prompt lists it: ``"item y = a n_a b n_b ..."``."""
+def recipe_line(world: Mapping, item: str, tagged: bool = False) -> str:
+    """``item`` 's recipe as the prompt lists it: ``"item y = a n_a b n_b ..."``, or with ``tagged`` each
+    ingredient after the line's item, ``"item y = item a n_a item b n_b ..."``."""
     recipe = world["recipes"][item]
-    return f"{item} {recipe['yield']} = " + " ".join(f"{y} {n}" for y, n in recipe["needs"].items())
+    tag = f"{item} " if tagged else ""
+    return f"{item} {recipe['yield']} = " + " ".join(f"{tag}{y} {n}" for y, n in recipe["needs"].items())
 
 
-def thought(world: Mapping) -> str:
+def thought(world: Mapping, tagged: bool = False) -> str:
     """The demonstrator's ``think`` action: the goal tree's recipe lines, copied from the prompt in
     depth-first pre-order (the goal's first, then each ingredient's before the next ingredient's),
     joined by ``;``.
@@ -468,7 +470,7 @@ def thought(world: Mapping) -> str:
     line of their own.
     """
     order = [x for x in _tree_preorder(world) if x in world["recipes"]]
-    return "think " + " ; ".join(recipe_line(world, x) for x in order)
+    return "think " + " ; ".join(recipe_line(world, x, tagged) for x in order)
 
 
 def _tree_preorder(world: Mapping) -> list[str]:

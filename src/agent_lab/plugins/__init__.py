@@ -47,6 +47,10 @@ class Plugin:
 class DemonstrationSource(Plugin):
     """SFT: per task, the ``[(observation, action), ...]`` to imitate and which actions are imitated."""
 
+    #: whether the transcripts depend on the current policy (so they cannot be built a step ahead,
+    #: ``run.prepare_ahead``)
+    plays_policy: ClassVar[bool] = False
+
     def demonstrations(self, run, tasks: list, step: int, demos: list | None, trained: list | None,
                        rng) -> tuple[list | None, list | None, dict]:
         """Return ``(demos, trained, row)``; ``None`` demos mean the planner's plain ones. ``rng`` is the step's

@@ -72,6 +72,7 @@ class DAgger(DemonstrationSource):
                              flat="sft_dagger_from")
 
     name: ClassVar[str] = "dagger"
+    plays_policy: ClassVar[bool] = True
 
     def __post_init__(self):
         probability("dagger prob (sft_dagger_prob)", self.prob)
