@@ -157,6 +157,29 @@ def test_lever_facts_leave_out_a_piece_the_recipe_did_not_run_and_need_the_recip
         rf.lever_facts(row)
 
 
+def _ahead_row():
+    """Two rounds. The recipe: median steps 1.0 and 1.2 s, 8% + 2% of its seconds building demonstrations, 20%
+    evaluating (so 12.5% of the rest); arm ahead: 0.9 and 1.0 s, waiting 1% of its seconds."""
+    def arm(name, round_, step_s, env, demos, evaluation=0.2):
+        return {**_lever(name, "SFT", step_s, round_=round_), "median_step_s": step_s,
+                "shares": {"environment": env, "demonstrations": demos, "evaluation": evaluation, "loss": 0.5}}
+    return {"threads": 1, "arms": [arm("recipe", 1, 1.0, 0.02, 0.08), arm("ahead", 1, 0.9, 0.0, 0.008),
+                                   arm("recipe", 2, 1.2, 0.02, 0.08), arm("ahead", 2, 1.0, 0.0, 0.008)]}
+
+
+def test_ahead_facts_give_the_speed_up_each_round_and_the_bound_of_hiding_the_demonstrations():
+    f = rf.ahead_facts(_ahead_row())
+    assert f["per_round"] == pytest.approx([1.0 / 0.9, 1.2])
+    assert f["speedup"] == pytest.approx(1.1 / 0.95)  # medians of rounds: (1.0 + 1.2) / 2 over (0.9 + 1.0) / 2
+    assert f["hidden_share"] == pytest.approx(0.125) and f["bound"] == pytest.approx(1 / 0.875)
+    assert f["waited_share"] == pytest.approx(0.01) and f["threads"] == 1
+    rf.ahead_figure([_ahead_row(), {**_ahead_row(), "threads": 2}])
+    row = _ahead_row()
+    row["arms"] = [a for a in row["arms"] if a["arm"] != "ahead"]
+    with pytest.raises(ValueError, match="--arms recipe ahead"):
+        rf.ahead_facts(row)
+
+
 def _profile_section(name):
     path = RESULTS / "bench_crafting_profile.json"
     sections = json.loads(path.read_text())["sections"] if path.exists() else {}
