@@ -51,6 +51,7 @@ from agent_lab import trainer as T  # noqa: E402
 from agent_lab.config import TrainConfig  # noqa: E402
 from agent_lab.envs.crafting import first_mistake  # noqa: E402
 from agent_lab.evaluation import evaluate  # noqa: E402
+from agent_lab.preflight import check_config  # noqa: E402
 from agent_lab.recipes import recipe  # noqa: E402
 
 SPLITS = ("test", "held_out_goals")
@@ -90,15 +91,23 @@ def curve_config(opts: CurveOptions) -> TrainConfig:
     if cfg.env != "crafting":
         raise ValueError(f"recipe {opts.recipe!r} trains env {cfg.env!r}; the crafting curve needs a "
                          "crafting recipe (agent-lab recipes lists them)")
-    return cfg.replace(run_dir=str(opts.folder()), checkpoint_every=0, eval_every=0, stop_at_optimum=False,
-                       time_limit_s=None)
+    cfg = cfg.replace(run_dir=str(opts.folder()), checkpoint_every=0, eval_every=0, stop_at_optimum=False,
+                      time_limit_s=None)
+    check_config(cfg)
+    return cfg
+
+
+#: Run settings that change no line of the curve: where the run lives, and whether its batches are built a step
+#: ahead (the same batches); a run may resume with others.
+NOT_THE_CURVE = ("run_dir", "resume", "prepare_ahead")
 
 
 def settings(opts: CurveOptions, cfg: TrainConfig) -> dict:
     """What decides the curve: the same on every resume of a run."""
     config = cfg.to_dict()
-    config["run"] = {k: v for k, v in config["run"].items() if k not in ("run_dir", "resume")}
-    return {"recipe": opts.recipe, "seed": opts.seed, "overrides": opts.overrides, "config": config,
+    config["run"] = {k: v for k, v in config["run"].items() if k not in NOT_THE_CURVE}
+    overrides = {k: v for k, v in opts.overrides.items() if k not in NOT_THE_CURVE}
+    return {"recipe": opts.recipe, "seed": opts.seed, "overrides": overrides, "config": config,
             "decoding": "greedy", "candidate_mask": cfg.sampling.candidate_mask, "splits": list(SPLITS),
             "sample_per_level": opts.sample, "confirm_per_level": opts.confirm, "every_sft": opts.every_sft,
             "every_rl": opts.every_rl, "torch_threads": opts.threads,

@@ -132,6 +132,15 @@ def test_the_comparison_catches_a_resume_that_loses_state(tmp_path, monkeypatch,
     assert curve(resumed) != curve(whole)
 
 
+def test_a_curve_resumed_with_batches_prepared_ahead_is_the_same_curve(uninterrupted, tmp_path, monkeypatch):
+    whole_path, whole = uninterrupted
+    cut_off(monkeypatch, tmp_path, 3)
+    resumed = C.run_curve(options(tmp_path, overrides={**TINY, "prepare_ahead": True}))
+    assert curve(resumed) == curve(whole_path)
+    with pytest.raises(ValueError, match="prepare_ahead=True .* dagger"):
+        C.run_curve(options(tmp_path / "dagger", overrides={**TINY, "prepare_ahead": True, "sft_dagger_prob": 0.5}))
+
+
 def test_a_folder_resumes_only_with_its_own_settings(uninterrupted, tmp_path, monkeypatch):
     cut_off(monkeypatch, tmp_path, 3)
     with pytest.raises(ValueError, match="other settings .*every_sft.*--run-dir"):
