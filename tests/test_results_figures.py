@@ -162,7 +162,8 @@ def _ahead_row():
     evaluating (so 12.5% of the rest); arm ahead: 0.9 and 1.0 s, waiting 1% of its seconds."""
     def arm(name, round_, step_s, env, demos, evaluation=0.2):
         return {**_lever(name, "SFT", step_s, round_=round_), "median_step_s": step_s,
-                "shares": {"environment": env, "demonstrations": demos, "evaluation": evaluation, "loss": 0.5}}
+                "shares": {"environment": env, "demonstrations": demos, "evaluation": evaluation, "loss": 0.5,
+                           "other": 0.001 if name == "recipe" else 0.04 * round_}}
     return {"threads": 1, "arms": [arm("recipe", 1, 1.0, 0.02, 0.08), arm("ahead", 1, 0.9, 0.0, 0.008),
                                    arm("recipe", 2, 1.2, 0.02, 0.08), arm("ahead", 2, 1.0, 0.0, 0.008)]}
 
@@ -173,6 +174,7 @@ def test_ahead_facts_give_the_speed_up_each_round_and_the_bound_of_hiding_the_de
     assert f["speedup"] == pytest.approx(1.1 / 0.95)  # medians of rounds: (1.0 + 1.2) / 2 over (0.9 + 1.0) / 2
     assert f["hidden_share"] == pytest.approx(0.125) and f["bound"] == pytest.approx(1 / 0.875)
     assert f["waited_share"] == pytest.approx(0.01) and f["threads"] == 1
+    assert f["other"] == pytest.approx({"recipe": 0.001, "ahead": 0.06})  # medians of rounds: 0.04 and 0.08
     rf.ahead_figure([_ahead_row(), {**_ahead_row(), "threads": 2}])
     row = _ahead_row()
     row["arms"] = [a for a in row["arms"] if a["arm"] != "ahead"]

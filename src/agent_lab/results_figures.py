@@ -410,8 +410,9 @@ def ahead_facts(row: dict) -> dict:
     """Arm ``ahead`` (each SFT step's demonstrations built on a second thread while the step before trains)
     beside arm ``recipe`` of the same run: the SFT speed-up of median steps (:func:`lever_facts`) and of each
     round; the share ``h`` of the recipe's SFT seconds (evaluation left out) its thread spent building
-    demonstrations, so that hiding all of it gains at most ``1 / (1 - h)`` (``bound``); and the share the ahead
-    arm's thread still waited for them (medians of rounds)."""
+    demonstrations, so that hiding all of it gains at most ``1 / (1 - h)`` (``bound``); the share the ahead
+    arm's thread still waited for them; and each arm's share of seconds no phase covered (``other``; medians of
+    rounds)."""
     sft = {name: {a["round"]: a for a in row["arms"] if a["arm"] == name and a["piece"] == "SFT"}
            for name in ("recipe", "ahead")}
     if not sft["recipe"] or not sft["ahead"]:
@@ -421,25 +422,29 @@ def ahead_facts(row: dict) -> dict:
     return {"threads": row["threads"], "speedup": lever_facts(row, step="median_step_s")["speedup"]["ahead, SFT"],
             "per_round": [sft["recipe"][k]["median_step_s"] / sft["ahead"][k]["median_step_s"] for k in rounds],
             "hidden_share": hidden, "bound": 1.0 / (1.0 - hidden),
-            "waited_share": statistics.median(_built_share(a) for a in sft["ahead"].values())}
+            "waited_share": statistics.median(_built_share(a) for a in sft["ahead"].values()),
+            "other": {name: statistics.median(a["shares"].get("other", 0.0) for a in arms.values())
+                      for name, arms in sft.items()}}
 
 
 def ahead_figure(rows: list[dict]):
-    """Per run (one per thread count): the ahead arm's SFT speed-up (bar: median of rounds; dots: each round)
-    and the most that hiding the demonstrations could gain (black tick), against 1 (as fast as the recipe)."""
+    """Per run (one per thread count): the ahead arm's SFT speed-up (diamond: the ratio of the arms' median steps,
+    each the median of rounds; dots: each round's) and the most that hiding the demonstrations could gain
+    (black tick), against 1 (as fast as the recipe)."""
     facts = [ahead_facts(r) for r in rows]
     fig, (ax,) = subplots(1, height=0.5 * len(rows) + 1.3)
     ys = range(len(facts))
-    ax.barh(ys, [f["speedup"] for f in facts], color=COLORS[0], height=0.5, label="median of rounds")
+    ax.plot([f["speedup"] for f in facts], list(ys), "D", color=COLORS[0], ms=8, label="ratio of medians")
     for y, f in zip(ys, facts):
         ax.plot(f["per_round"], [y] * len(f["per_round"]), "o", color=COLORS[1], ms=4,
                 label="one round" if y == 0 else None)
         ax.plot([f["bound"]] * 2, [y - 0.35, y + 0.35], color="black", lw=2,
                 label="bound: no demonstration time left" if y == 0 else None)
     ax.axvline(1.0, color="grey", lw=1, ls=":")
-    low = min(min(f["per_round"]) for f in facts)
+    low = min(min(f["per_round"] + [f["speedup"]]) for f in facts)
     high = max(max(f["per_round"] + [f["bound"]]) for f in facts)
-    ax.set_xlim(min(0.9, low - 0.02), high + 0.03)
+    ax.set_xlim(min(0.95, low - 0.02), high + 0.03)
+    ax.set_ylim(-0.6, len(facts) - 0.4)
     ax.set_yticks(list(ys), [f"{f['threads']} torch thread{'s' * (f['threads'] > 1)}" for f in facts])
     ax.set_xlabel("SFT speed-up: the recipe's median step ÷ the ahead arm's")
     ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
