@@ -7,7 +7,15 @@ import torch
 
 from agent_lab.envs import make_env
 from agent_lab.envs.base import OPEN_ENDED
-from agent_lab.envs.crafting_world import goal_tree, recipe_line, thought
+from agent_lab.envs.crafting_world import (
+    apply_action,
+    goal_tree,
+    optimal_steps,
+    recipe_line,
+    thought,
+    thought_plan,
+    tree_order,
+)
 
 
 def small_world() -> dict:
@@ -129,3 +137,49 @@ def test_the_candidate_mask_allows_any_words_after_think_only_at_the_start():
 def test_think_rejects_a_non_bool():
     with pytest.raises(ValueError, match="think"):
         make_env("crafting", think="yes")
+
+
+def shared_world() -> dict:
+    # goal gate needs bolt and arm; arm needs bolt too, so depth-first pre-order lists bolt before arm
+    return {
+        "goal": "gate",
+        "base": ["iron"],
+        "recipes": {
+            "bolt": {"yield": 1, "needs": {"iron": 2}},
+            "arm": {"yield": 1, "needs": {"bolt": 1}},
+            "gate": {"yield": 1, "needs": {"bolt": 1, "arm": 1}},
+        },
+        "shown": ["arm", "bolt", "gate"],
+        "budget": 6,
+    }
+
+
+def test_parents_first_puts_a_shared_ingredient_after_every_recipe_that_needs_it():
+    world = shared_world()
+    assert thought(world) == "think gate 1 = bolt 1 arm 1 ; bolt 1 = iron 2 ; arm 1 = bolt 1"  # arm after bolt
+    assert thought(world, parents_first=True) == "think gate 1 = bolt 1 arm 1 ; arm 1 = bolt 1 ; bolt 1 = iron 2"
+    assert tree_order(world) == ["gate", "arm", "bolt", "iron"]
+    assert thought(small_world(), parents_first=True) == thought(small_world())  # no shared ingredient: the same
+    env = make_env("crafting", think=True, train_levels=[1, 2, 3])
+    for task in env.eval_tasks("test", 100) + env.eval_tasks("deeper", 50):
+        order = tree_order(task)
+        assert set(order) == goal_tree(task) and order[0] == task["goal"]
+        for i, x in enumerate(order):  # every recipe that needs x comes before it
+            assert all(order.index(p) < i for p in order if x in task["recipes"].get(p, {"needs": {}})["needs"])
+
+
+def test_the_thought_following_plan_reads_the_thought_forward_for_gets_and_backward_for_crafts():
+    assert thought_plan(small_world()) == ["get clay 8", "get axe 8", "craft plank", "craft plank", "craft pot"]
+    assert thought_plan(shared_world()) == ["get iron 8", "craft bolt", "craft bolt", "craft arm", "craft gate"]
+    env = make_env("crafting", think=True, plan="follow_thought", train_levels=[1, 2, 3])
+    for task in env.eval_tasks("test", 100) + env.eval_tasks("held_out_goals", 50):
+        plan = env.planner_plan(task)
+        assert plan[0] == thought(task, parents_first=True) and len(plan) - 1 == optimal_steps(task)
+        inv: dict[str, int] = {}
+        for action in plan[1:]:
+            inv = apply_action(task, inv, action)
+        assert inv.get(task["goal"], 0) >= 1
+        lines = [line.split()[0] for line in plan[0][len("think "):].split(" ; ")]
+        crafts = list(dict.fromkeys(a.split()[1] for a in plan[1:] if a.startswith("craft")))
+        assert crafts == lines[::-1]  # each needed recipe at least once, in the thought's reverse order
+    assert env.optimal_success(env.eval_tasks("test", 60)) == 1.0

@@ -28,7 +28,10 @@ in exactly the units the whole tree needs, then crafts children before parents; 
 same plan with every ``get`` a full ``max_get`` stack, so no count is a tree total; ``"on_demand"`` asks
 at every step what the goal's recipe is short of and descends until it can ``get`` a full stack or
 ``craft`` (:func:`~agent_lab.envs.crafting_world.on_demand_action`), a function of the recipes and the
-current inventory alone, with no counts to multiply out.
+current inventory alone, with no counts to multiply out; ``"follow_thought"`` fetches full stacks in the order
+the thought names the base items and crafts in the reverse order of its lines
+(:func:`~agent_lab.envs.crafting_world.thought_plan`), and with ``think`` the thought lists parents before
+children, so every action after it is the next entry of a list the policy has just written.
 
 Thinking (``think=True``, after ReAct's free-text thoughts): the first action may be ``think <any words>``;
 the environment answers ``ok`` without reading the words or spending a step of the budget, and a second
@@ -108,6 +111,7 @@ from agent_lab.envs.crafting_world import (
     recipe_line,
     shortest_plan,
     thought,
+    thought_plan,
 )
 
 __all__ = ["Crafting", "SHAPINGS", "PLANS", "MISTAKES", "first_mistake"]
@@ -118,6 +122,7 @@ PLANS = {
     "fetch_first": shortest_plan,
     "fetch_full": partial(shortest_plan, full_stacks=True),
     "on_demand": on_demand_plan,
+    "follow_thought": thought_plan,
 }
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}
@@ -499,7 +504,9 @@ class Crafting(TextEnv):
         """A shortest plan from ``inventory`` in the style chosen by ``plan`` (the demonstrations' actions);
         with ``think``, a plan from the start (``inventory=None``) opens with :func:`thought`."""
         plan = PLANS[self.plan](world, inventory, self.max_get)
-        return [thought(world, self.tag_ingredients), *plan] if self.think and inventory is None else plan
+        if not self.think or inventory is not None:
+            return plan
+        return [thought(world, self.tag_ingredients, parents_first=self.plan == "follow_thought"), *plan]
 
     def optimal_success(self, tasks: Sequence[dict]) -> float:
         """The planner's success rate over ``tasks``, found by executing its plans (1.0 on valid worlds)."""

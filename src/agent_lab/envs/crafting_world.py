@@ -46,6 +46,7 @@ __all__ = [
     "optimal_steps",
     "plan_length",
     "shortest_plan",
+    "thought_plan",
     "on_demand_action",
     "on_demand_plan",
     "apply_action",
@@ -53,6 +54,7 @@ __all__ = [
     "goal_tree",
     "recipe_line",
     "thought",
+    "tree_order",
 ]
 
 # Single-word item names. Every world draws its 30-60 items from this pool.
@@ -243,15 +245,42 @@ def shortest_plan(
     """
     depths = item_depths(world, [world["goal"]])
     crafts, fetch = craft_counts(world, inventory or {}, depths)
+    plan = _gets(fetch, sorted(fetch), inventory or {}, max_get, full_stacks)
+    for item in sorted(crafts, key=lambda x: (depths[x], x)):
+        plan += [f"craft {item}"] * crafts[item]
+    return plan
+
+
+def _gets(
+    fetch: Mapping[str, int], order: Iterable[str], inventory: Mapping[str, int], max_get: int, full_stacks: bool
+) -> list[str]:
+    """The ``get`` actions that fetch ``fetch[b]`` units of each base item, items in ``order``: ``ceil(f(b) / G)``
+    gets of ``min(left, G)`` units, or with ``full_stacks`` of a full ``G`` (less where the stack would pass
+    :data:`MAX_STACK`)."""
     plan = []
-    for item in sorted(fetch):
-        left, held = fetch[item], int((inventory or {}).get(item, 0))
+    for item in order:
+        left, held = fetch[item], int(inventory.get(item, 0))
         while left > 0:
             n = min(max_get, MAX_STACK - held) if full_stacks else min(left, max_get)
             plan.append(f"get {item} {n}")
             left, held = left - max_get, held + n
-    for item in sorted(crafts, key=lambda x: (depths[x], x)):
-        plan += [f"craft {item}"] * crafts[item]
+    return plan
+
+
+def thought_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
+    """A shortest plan that reads :func:`thought` (``parents_first=True``) as a list: full-stack ``get`` s of the
+    base items in the order the thought first names them, then the crafts in the reverse of its lines' order.
+
+    The thought's lines run parents before children (:func:`tree_order`), so read from the last line back every
+    recipe comes after its ingredients' and each next action is the next entry of a list already written, not a
+    depth or an alphabetical rank to work out. Counts are :func:`craft_counts`', as in :func:`shortest_plan`.
+    """
+    order = tree_order(world)
+    crafts, fetch = craft_counts(world, inventory or {})
+    named = [y for x in order if x in world["recipes"] for y in world["recipes"][x]["needs"]]
+    plan = _gets(fetch, [b for b in dict.fromkeys(named) if b in fetch], inventory or {}, max_get, True)
+    for item in reversed(order):
+        plan += [f"craft {item}"] * crafts.get(item, 0)
     return plan
 
 
@@ -460,17 +489,18 @@ def recipe_line(world: Mapping, item: str, tagged: bool = False) -> str:
     return f"{item} {recipe['yield']} = " + " ".join(f"{tag}{y} {n}" for y, n in recipe["needs"].items())
 
 
-def thought(world: Mapping, tagged: bool = False) -> str:
+def thought(world: Mapping, tagged: bool = False, parents_first: bool = False) -> str:
     """The demonstrator's ``think`` action: the goal tree's recipe lines, copied from the prompt in
     depth-first pre-order (the goal's first, then each ingredient's before the next ingredient's),
-    joined by ``;``.
+    joined by ``;``; with ``parents_first``, in :func:`tree_order`, which is the same on a tree and
+    puts an ingredient two recipes share after both.
 
     Reading the tree in one forward pass is a ``depth``-hop lookup; written out, each line is one hop
     from a name already in the context, and the base items to fetch are the listed ingredients with no
     line of their own.
     """
-    order = [x for x in _tree_preorder(world) if x in world["recipes"]]
-    return "think " + " ; ".join(recipe_line(world, x, tagged) for x in order)
+    order = tree_order(world) if parents_first else _tree_preorder(world)
+    return "think " + " ; ".join(recipe_line(world, x, tagged) for x in order if x in world["recipes"])
 
 
 def _tree_preorder(world: Mapping) -> list[str]:
@@ -484,6 +514,23 @@ def _tree_preorder(world: Mapping) -> list[str]:
         order.append(item)
         stack.extend(reversed(list(recipes.get(item, {"needs": {}})["needs"])))
     return order
+
+
+def tree_order(world: Mapping) -> list[str]:
+    """The goal and every item it needs, each once, every item after all the tree's items whose recipes
+    need it: the reverse of a depth-first post-order that visits ingredients last to first. Where no
+    ingredient is shared this is :func:`_tree_preorder`'s order."""
+    recipes, post, seen = world["recipes"], [], set()
+
+    def visit(item: str) -> None:
+        seen.add(item)
+        for y in reversed(list(recipes.get(item, {"needs": {}})["needs"])):
+            if y not in seen:
+                visit(y)
+        post.append(item)
+
+    visit(world["goal"])
+    return post[::-1]
 
 
 def goal_tree(world: Mapping) -> set[str]:
