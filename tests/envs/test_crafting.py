@@ -571,6 +571,36 @@ def test_the_observation_loss_predicts_the_environment_text_of_a_recovery_demons
     assert "observation_nll" in train(cfg, run_dir=str(tmp_path), progress=False).history[0]
 
 
+@pytest.mark.parametrize("reread", [1, 2])
+def test_the_copy_loss_predicts_exactly_the_prompt_copies_after_the_first(reread, tmp_path):
+    from agent_lab.plugins.losses import reread_targets
+    from agent_lab.policy import WordTokenizer
+    from agent_lab.rollout import demonstration_batch
+    from agent_lab.trainer import TrainConfig, train
+
+    env = make_env("crafting", reread=reread)
+    tok = WordTokenizer.from_env(env)
+    tasks = env.sample_tasks(6, 10)
+    batch = demonstration_batch(env, tok, tasks)
+    copy = reread_targets(batch, 1 + reread)
+    for i, task in enumerate(tasks):
+        once = tok.encode(make_env("crafting")._prompt(make_env("crafting")._new_state(task)))
+        # the re-read copies, each closed by its newline (the last by the one before the first action)
+        assert batch.input_ids[i, 1:][copy[i]].tolist() == (once + [tok.nl_id]) * reread
+        first = int(copy[i].nonzero()[0])  # column j predicts token j + 1: the second copy's first word
+        assert first + 1 == 1 + len(once) + 1 and tok.vocab[int(batch.input_ids[i, first + 1])] == "goal"
+    cfg = dict(env="crafting", algo="sft", steps=1, batch_size=4, group_size=1, sft_copy_weight=1.0, d_model=16,
+               n_layers=1, n_heads=2, max_len=512)
+    row = train(TrainConfig(**cfg, env_options={"reread": reread}), run_dir=str(tmp_path / "r"),
+                progress=False).history[0]
+    assert row["copy_nll"] > 0
+    with pytest.raises(ValueError, match="shows its prompt once"):
+        train(TrainConfig(**cfg), run_dir=str(tmp_path / "once"), progress=False)
+    with pytest.raises(ValueError, match="needs a causal prompt"):
+        train(TrainConfig(**cfg, env_options={"reread": reread}, prompt_attention="bidirectional"),
+              run_dir=str(tmp_path / "both"), progress=False)
+
+
 def _replay(task, actions):
     twin = make_env("crafting")
     twin.reset([task])

@@ -10,7 +10,7 @@ value that leaves the plug-in off. Three kinds, three points in the loop:
 * :class:`DemonstrationSource` (SFT): rewrites the demonstrations of a step's tasks before the batch is built;
   ``recovery_demonstrations`` and ``dagger`` (:mod:`.demonstrations`);
 * :class:`AuxiliaryLoss` (SFT or RL): adds a term to each micro-batch's loss; ``observation_loss``,
-  ``needed_items_loss`` and ``planner_guidance`` (:mod:`.losses`);
+  ``reread_copy_loss``, ``needed_items_loss`` and ``planner_guidance`` (:mod:`.losses`);
 * :class:`Collector` (RL): gathers the step's rollouts in place of the plain draw; ``dynamic_sampling``
   (:mod:`.sampling`).
 

@@ -1,8 +1,10 @@
 """Auxiliary losses (book/part3/01_crafting.md): terms added to a phase's loss.
 
 ``observation_loss`` (SFT) also predicts the environment's own text in the demonstrations (prompt and
-observations), the look-ups an action needs exercised on more tokens; ``planner_guidance`` (RL) adds the SFT
-loss of the planner's demonstrations of the tasks whose group no sample solved (their centred advantages are
+observations), the look-ups an action needs exercised on more tokens; ``reread_copy_loss`` (SFT, crafting with ``reread``)
+predicts only the prompt's re-read copies, each token of which repeats one the policy has already read, so its
+whole signal trains looking back and copying, the step an action that names an item takes; ``planner_guidance``
+(RL) adds the SFT loss of the planner's demonstrations of the tasks whose group no sample solved (their centred advantages are
 all zero, so a group algorithm learns nothing from them); ``needed_items_loss`` (SFT, crafting) asks at every item
 the prompt names whether the goal's tree needs it, the judgement a failed crafting episode most often gets wrong
 first (``agent_lab.envs.crafting.first_mistake``), supervised directly instead of only through the actions.
@@ -38,6 +40,26 @@ def environment_targets(batch, bidirectional_prompt: bool = False) -> torch.Tens
     return env
 
 
+def targets_nll(logprobs: torch.Tensor, targets: torch.Tensor, whole_targets: torch.Tensor) -> torch.Tensor:
+    """Mean NLL of a micro-batch's ``targets`` over the whole batch's count of them (``whole_targets``), so the
+    micro-batches' terms add up to the whole batch's token mean."""
+    num, _ = aggregate(logprobs, targets, "token_mean")
+    return -reduce_loss(num, whole_targets.sum().float())
+
+
+def reread_targets(batch, copies: int) -> torch.Tensor:
+    """``[B, L-1]``: the targets that lie in the prompt's re-read copies (every copy after the first) when the
+    prompt is ``copies`` copies of the same text, one after the other. Each row is ``<bos>``, the copies, each
+    closed by a newline (the last by the one before the first action), so one copy with its newline is
+    ``(prompt_length - 1) / copies`` tokens."""
+    if copies < 2:
+        raise ValueError(f"a re-read copy needs a prompt shown at least twice, got copies={copies}")
+    start = 1 + (batch.prompt_lengths - 1) // copies  # the second copy's first token
+    predicted = torch.arange(1, batch.attention_mask.shape[1], device=start.device)[None, :]
+    inside = (predicted >= start[:, None]) & (predicted < batch.prompt_lengths[:, None])
+    return environment_targets(batch) & inside
+
+
 @register
 @dataclass
 class ObservationLoss(AuxiliaryLoss):
@@ -48,21 +70,53 @@ class ObservationLoss(AuxiliaryLoss):
 
     name: ClassVar[str] = "observation_loss"
     phase: ClassVar[str] = "sft"
+    option: ClassVar[str] = "observation_loss weight (sft_observation_weight)"  # as errors name it
+    logged: ClassVar[str] = "observation_nll"
 
     def __post_init__(self):
-        weight("observation_loss weight (sft_observation_weight)", self.weight)
+        weight(self.option, self.weight)
+
+    def targets(self, run, batch) -> torch.Tensor:
+        """``[B, L-1]``: the targets whose NLL the term averages."""
+        return environment_targets(batch, run.cfg.model.prompt_attention == "bidirectional")
 
     def term(self, run, micro, logprobs, whole, last):
-        both_ways = run.cfg.model.prompt_attention == "bidirectional"
-        num, _ = aggregate(logprobs, environment_targets(micro, both_ways), "token_mean")
-        nll = -reduce_loss(num, environment_targets(whole, both_ways).sum().float())
-        return self.weight * nll, {"observation_nll": float(nll.detach())}
+        nll = targets_nll(logprobs, self.targets(run, micro), self.targets(run, whole))
+        return self.weight * nll, {self.logged: float(nll.detach())}
 
     def describe(self, cfg):
         prompt = ("observations; not the prompt, which the policy reads both ways"
                   if cfg.model.prompt_attention == "bidirectional" else "prompt and observations")
         return (f"SFT auxiliary loss: + {self.weight} * mean NLL of the environment's tokens ({prompt}) in the "
                 "demonstrations")
+
+
+@register
+@dataclass
+class RereadCopyLoss(ObservationLoss):
+    """SFT loss += ``weight`` * token-mean NLL of the prompt's re-read copies in the demonstrations."""
+
+    weight: float = setting(1.0, "SFT loss += this * the NLL of the prompt's re-read copies (crafting with reread)",
+                            flat="sft_copy_weight", off=0.0)
+
+    name: ClassVar[str] = "reread_copy_loss"
+    option: ClassVar[str] = "reread_copy_loss weight (sft_copy_weight)"
+    logged: ClassVar[str] = "copy_nll"
+
+    def check(self, cfg, world_size):
+        if not cfg.env_options.get("reread"):
+            raise ValueError("reread_copy_loss (sft_copy_weight) trains on the prompt's re-read copies, and this "
+                             "run shows its prompt once: set env_options reread (crafting) or turn the loss off")
+        if cfg.model.prompt_attention == "bidirectional":
+            # every prompt token then reads the token it would predict, so the loss would teach nothing
+            raise ValueError("reread_copy_loss (sft_copy_weight) needs a causal prompt; with prompt_attention="
+                             "'bidirectional' each copy token sees itself: use one or the other")
+
+    def targets(self, run, batch) -> torch.Tensor:
+        return reread_targets(batch, 1 + int(run.env.reread))
+
+    def describe(self, cfg):
+        return f"SFT auxiliary loss: + {self.weight} * mean NLL of the prompt's re-read copies in the demonstrations"
 
 
 @register
