@@ -519,7 +519,8 @@ def _tree_preorder(world: Mapping) -> list[str]:
 def tree_order(world: Mapping) -> list[str]:
     """The goal and every item it needs, each once, every item after all the tree's items whose recipes
     need it: the reverse of a depth-first post-order that visits ingredients last to first. Where no
-    ingredient is shared this is :func:`_tree_preorder`'s order."""
+    ingredient is shared this is the depth-first pre-order (ingredients first to last) that :func:`thought`
+    lists by default."""
     recipes, post, seen = world["recipes"], [], set()
 
     def visit(item: str) -> None:
