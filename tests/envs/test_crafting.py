@@ -583,8 +583,9 @@ def test_the_copy_loss_predicts_exactly_the_prompt_copies_after_the_first(reread
     tasks = env.sample_tasks(6, 10)
     batch = demonstration_batch(env, tok, tasks)
     copy = reread_targets(batch, 1 + reread)
+    shown_once = make_env("crafting")
     for i, task in enumerate(tasks):
-        once = tok.encode(make_env("crafting")._prompt(make_env("crafting")._new_state(task)))
+        once = tok.encode(shown_once._prompt(shown_once._new_state(task)))
         # the re-read copies, each closed by its newline (the last by the one before the first action)
         assert batch.input_ids[i, 1:][copy[i]].tolist() == (once + [tok.nl_id]) * reread
         first = int(copy[i].nonzero()[0])  # column j predicts token j + 1: the second copy's first word

@@ -1,13 +1,14 @@
 """Auxiliary losses (book/part3/01_crafting.md): terms added to a phase's loss.
 
 ``observation_loss`` (SFT) also predicts the environment's own text in the demonstrations (prompt and
-observations), the look-ups an action needs exercised on more tokens; ``reread_copy_loss`` (SFT, crafting with ``reread``)
-predicts only the prompt's re-read copies, each token of which repeats one the policy has already read, so its
-whole signal trains looking back and copying, the step an action that names an item takes; ``planner_guidance``
-(RL) adds the SFT loss of the planner's demonstrations of the tasks whose group no sample solved (their centred advantages are
-all zero, so a group algorithm learns nothing from them); ``needed_items_loss`` (SFT, crafting) asks at every item
-the prompt names whether the goal's tree needs it, the judgement a failed crafting episode most often gets wrong
-first (``agent_lab.envs.crafting.first_mistake``), supervised directly instead of only through the actions.
+observations), the look-ups an action needs exercised on more tokens; ``reread_copy_loss`` (SFT, crafting with
+``reread``) predicts only the prompt's re-read copies, each token of which repeats one the policy has already
+read, so its whole signal trains looking back and copying, the step an action that names an item takes;
+``planner_guidance`` (RL) adds the SFT loss of the planner's demonstrations of the tasks whose group no sample
+solved (their centred advantages are all zero, so a group algorithm learns nothing from them);
+``needed_items_loss`` (SFT, crafting) asks at every item the prompt names whether the goal's tree needs it, the
+judgement a failed crafting episode most often gets wrong first (``agent_lab.envs.crafting.first_mistake``),
+supervised directly instead of only through the actions.
 """
 
 from __future__ import annotations
