@@ -93,9 +93,18 @@ class ModelConfig:
                                           "newline before it), so a line's first word and the tokens of one "
                                           "line are found without counting tokens")
 
+    token_match: float = setting(0.0, "starting gain of a same-word attention bias (0: none): every head adds a "
+                                      "learned gain, starting here, to its attention score wherever the query's "
+                                      "token is the key's, so a word's mention finds its other mentions (a recipe "
+                                      "line's ingredient, that item's own line) before any weight has learnt to")
+
     def __post_init__(self):
         if not isinstance(self.line_positions, bool):
             raise ValueError(f"line_positions must be True or False, got {self.line_positions!r}")
+        if isinstance(self.token_match, bool) or not isinstance(self.token_match, (int, float)) \
+                or not math.isfinite(self.token_match):
+            raise ValueError(f"token_match must be a finite number (the bias's starting gain; 0 for none), got "
+                             f"{self.token_match!r}")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
             v = getattr(self, name)
             bad = isinstance(v, bool) or not isinstance(v, int) or v < 1

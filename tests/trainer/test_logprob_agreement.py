@@ -28,12 +28,14 @@ BOUND = 1e-5
 CASES = list(itertools.product((True, False), ("packed", "padded"), (True, False), ((1.0, 1.0), (0.7, 0.9))))
 
 
-@pytest.fixture(scope="module")
-def crafting():
+@pytest.fixture(scope="module", params=[0.0, 2.0], ids=["plain attention", "same-word bias"])
+def crafting(request):
+    """A causal policy on crafting prompts shown twice, with and without the same-word attention bias
+    (ModelConfig.token_match)."""
     torch.set_num_threads(1)
     env = make_env("crafting", mask_actions=True)
     tok = WordTokenizer.from_env(env)
-    return env, tok, tiny_policy(tok, seed=5, positions="rope"), env.sample_tasks(3, 8)
+    return env, tok, tiny_policy(tok, seed=5, positions="rope", token_match=request.param), env.sample_tasks(3, 8)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["token positions", "line positions"])

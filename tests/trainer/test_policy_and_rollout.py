@@ -10,7 +10,8 @@ from toy_env import ToySearch
 from agent_lab.envs import make_env
 from agent_lab.envs.base import replay
 from agent_lab.estimators.logprobs import token_logprobs
-from agent_lab.policy import KVCache, WordTokenizer
+from agent_lab.policy import KVCache, ModelConfig, WordTokenizer
+from agent_lab.policy.model import CausalSelfAttention, same_word
 from agent_lab.rollout import (
     RolloutBatch,
     SamplingConfig,
@@ -33,10 +34,11 @@ def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
         WordTokenizer(["two words"])
 
 
-@pytest.mark.parametrize(("positions", "line_positions"), [("learned", False), ("rope", False), ("rope", True)])
-def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions, line_positions):
+@pytest.mark.parametrize(("positions", "line_positions", "token_match"),
+                         [("learned", False, 0.0), ("rope", False, 0.0), ("rope", True, 0.0), ("rope", False, 2.0)])
+def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions, line_positions, token_match):
     tok = WordTokenizer([str(i) for i in range(20)])
-    m = tiny_policy(tok, positions=positions, line_positions=line_positions).eval()
+    m = tiny_policy(tok, positions=positions, line_positions=line_positions, token_match=token_match).eval()
     g = torch.Generator().manual_seed(0)
     B, L = 3, 12
     ids = torch.randint(tok.nl_id, len(tok), (B, L), generator=g)  # newlines among the words: lines of any length
@@ -62,6 +64,41 @@ def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(position
             got[b, fed[b] : fed[b] + take[b]] = out[b, : take[b]]
         fed = fed + take
     torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+def test_the_same_word_bias_adds_each_heads_gain_to_the_scores_of_keys_holding_the_query_token():
+    """With zero query and key weights a head's scores are its bias alone, so its weights over the keys it may
+    see are exactly softmax(g_h * [same word]), and it returns that average of the values."""
+    cfg = ModelConfig(vocab_size=10, d_model=8, n_heads=2, token_match=1.5)
+    attn = CausalSelfAttention(cfg)
+    assert attn.match_gain.tolist() == [1.5, 1.5]  # every head starts at the configured gain
+    with torch.no_grad():
+        attn.qkv.weight.zero_()
+        attn.qkv.bias.zero_()
+        attn.qkv.weight[16:] = torch.eye(8)  # values = inputs
+        attn.proj.weight.copy_(torch.eye(8))
+        attn.proj.bias.zero_()
+        attn.match_gain.copy_(torch.tensor([1.5, -1.0]))
+    ids = torch.tensor([[3, 5, 3, 7, 5, 3]])
+    x = torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(0))
+    got = attn(x, None, None, 0, None, same_word(ids, ids))
+    for i in range(6):
+        for h, gain in enumerate((1.5, -1.0)):
+            w = torch.softmax(gain * (ids[0, : i + 1] == ids[0, i]).float(), dim=0)  # causal: keys 0..i
+            torch.testing.assert_close(got[0, i, 4 * h : 4 * h + 4], w @ x[0, : i + 1, 4 * h : 4 * h + 4])
+
+
+def test_the_same_word_gain_is_a_parameter_only_when_asked_for_and_a_bad_gain_is_refused():
+    tok = WordTokenizer([str(i) for i in range(20)])
+    assert not any("match_gain" in n for n, _ in tiny_policy(tok).named_parameters())  # old checkpoints load
+    biased = tiny_policy(tok, token_match=2.0)
+    ids = torch.randint(0, len(tok), (2, 9), generator=torch.Generator().manual_seed(0))
+    biased(ids).sum().backward()
+    gains = [p for n, p in biased.named_parameters() if n.endswith("match_gain")]
+    assert len(gains) == 2 and all(float(p.grad.abs().sum()) > 0 for p in gains)  # learnt, one per layer
+    for bad in (True, float("nan"), "2"):
+        with pytest.raises(ValueError, match="token_match must be a finite number"):
+            ModelConfig(vocab_size=10, token_match=bad)
 
 
 @pytest.fixture(scope="module")

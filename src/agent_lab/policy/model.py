@@ -1,6 +1,7 @@
 """A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
-Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention, MLP, block,
+Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention (with an optional
+same-word bias), MLP, block,
 model (its sizes, ``ModelConfig``, are declared with every other setting in ``agent_lab.config``). Shapes are in
 comments: ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
 
@@ -24,7 +25,8 @@ from agent_lab.policy.tokenizer import NL, SPECIALS
 
 
 class KVCache:
-    """Per-layer keys and values ``[B, H, S, D]`` plus ``valid [B, S]`` (False for padding slots).
+    """Per-layer keys and values ``[B, H, S, D]`` plus ``valid [B, S]`` (False for padding slots) and each slot's
+    token ``ids [B, S]`` (what a same-word bias, ``ModelConfig.token_match``, compares a new token with).
 
     ``length`` is the number of slots written; capacity doubles when a call would overflow it. A rollout drops
     the rows of finished episodes (:meth:`keep_rows`), so ``B`` may shrink as it runs.
@@ -35,6 +37,7 @@ class KVCache:
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n_layers)]
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        self.ids = torch.zeros(batch, capacity, dtype=torch.long, device=device)
         self.line_start = torch.zeros(batch, dtype=torch.long, device=device)  # each row's last newline position
         self.length = 0
 
@@ -52,12 +55,14 @@ class KVCache:
         self.k = [F.pad(t, (0, 0, 0, pad)) for t in self.k]
         self.v = [F.pad(t, (0, 0, 0, pad)) for t in self.v]
         self.valid = F.pad(self.valid, (0, pad), value=False)
+        self.ids = F.pad(self.ids, (0, pad))
 
     def keep_rows(self, keep: torch.Tensor) -> None:
         """Keep the rows where ``keep [B]`` (bool) is True, in order; the others' keys and values are freed."""
         self.k = [t[keep] for t in self.k]
         self.v = [t[keep] for t in self.v]
         self.valid = self.valid[keep]
+        self.ids = self.ids[keep]
         self.line_start = self.line_start[keep]
 
 
@@ -99,7 +104,19 @@ def line_offsets(ids: torch.Tensor, positions: torch.Tensor, line_start: torch.T
     return (index - start).clamp(0, LINE_SPAN - 1), start[:, -1]
 
 
+def same_word(query_ids: torch.Tensor, key_ids: torch.Tensor) -> torch.Tensor:
+    """``[B, 1, k, keys]`` bool: True where query ``i``'s token (``query_ids [B, k]``) is key ``j``'s
+    (``key_ids [B, keys]``)."""
+    return (query_ids[:, :, None] == key_ids[:, None, :])[:, None]
+
+
 class CausalSelfAttention(nn.Module):
+    """Multi-head attention. With ``ModelConfig.token_match = g`` each head ``h`` adds a learned gain ``g_h``
+    (starting at ``g``) to its score wherever the query's token is the key's: ``softmax(q.k / sqrt(D) + g_h *
+    [same word])``. Finding a word's other mentions by content otherwise needs query and key weights that map a
+    word onto itself, which a small model reaches only after a long plateau; the bias gives that look-up from the
+    first step, and each head learns how much of it to keep."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
@@ -107,8 +124,10 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
+        self.match_gain = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.token_match))) if cfg.token_match else None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int, rot=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None, layer: int, rot=None,
+                same: torch.Tensor | None = None) -> torch.Tensor:
         B, k, C = x.shape
         q, kk, v = self.qkv(x).split(C, dim=2)
         # (B, k, C) -> (B, H, k, D)
@@ -122,6 +141,9 @@ class CausalSelfAttention(nn.Module):
             kk = cache.k[layer][:, :, : s + k].to(q.dtype)  # (B, H, s+k, D)
             v = cache.v[layer][:, :, : s + k].to(q.dtype)
         # mask: (B, 1, k, keys) bool, True = may attend; None = causal over k == keys (no mask to build or save)
+        if self.match_gain is not None:  # same (B, 1, k, keys): the scores' additive bias, -inf where not allowed
+            allowed = mask if mask is not None else torch.ones(k, k, dtype=torch.bool, device=x.device).tril()
+            mask = (self.match_gain.view(1, -1, 1, 1).to(q.dtype) * same).masked_fill(~allowed, float("-inf"))
         y = F.scaled_dot_product_attention(q, kk, v, attn_mask=mask, is_causal=mask is None,
                                            dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, k, C)  # (B, k, C)
@@ -150,8 +172,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, mask, cache, layer, rot=None):
-        x = x + self.attn(self.ln1(x), mask, cache, layer, rot)
+    def forward(self, x, mask, cache, layer, rot=None, same=None):
+        x = x + self.attn(self.ln1(x), mask, cache, layer, rot, same)
         return x + self.mlp(self.ln2(x))
 
 
@@ -246,8 +268,9 @@ class TinyTransformer(nn.Module):
             columns = torch.arange(L, device=input_ids.device).expand(B, L)
             offsets = line_offsets(input_ids, pos, index=columns)[0]
         x, rot = self._embed(input_ids, pos, offsets), self._rotary(pos)
+        same = same_word(input_ids, input_ids) if self.cfg.token_match else None
         for i, blk in enumerate(self.blocks):
-            x = blk(x, mask, None, i, rot)
+            x = blk(x, mask, None, i, rot, same)
         return self.ln_f(x)
 
     def _prompt_tokens(self, pos: torch.Tensor, segment_ids: torch.Tensor | None,
@@ -287,6 +310,7 @@ class TinyTransformer(nn.Module):
         cache.reserve(k)
         s = cache.length
         cache.valid[:, s : s + k] = valid
+        cache.ids[:, s : s + k] = ids
         keys_valid = cache.valid[:, : s + k]  # (B, s+k)
         causal = torch.ones(k, s + k, dtype=torch.bool, device=ids.device).tril(diagonal=s)  # (k, s+k)
         mask = causal[None, None] & keys_valid[:, None, None, :]
@@ -309,8 +333,9 @@ class TinyTransformer(nn.Module):
         if self.line_emb is not None:  # a line may have begun in an earlier call: the cache remembers where
             offsets, cache.line_start = line_offsets(ids, pos, cache.line_start, valid)
         x, rot = self._embed(ids, pos, offsets), self._rotary(pos)
+        same = same_word(ids, cache.ids[:, : s + k]) if self.cfg.token_match else None
         for i, blk in enumerate(self.blocks):
-            x = blk(x, mask, cache, i, rot)
+            x = blk(x, mask, cache, i, rot, same)
         cache.length = s + k
         return self.head(self.ln_f(x))
 
