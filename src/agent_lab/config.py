@@ -97,6 +97,9 @@ class ModelConfig:
                                       "learned gain, starting here, to its attention score wherever the query's "
                                       "token is the key's, so a word's mention finds its other mentions (a recipe "
                                       "line's ingredient, that item's own line) before any weight has learnt to")
+    token_match_heads: int | None = setting(None, "how many heads of each block start with token_match's gain (the "
+                                                  "first ones; the others start at 0 and are free to learn other "
+                                                  "patterns); None: every head")
 
     def __post_init__(self):
         if not isinstance(self.line_positions, bool):
@@ -105,6 +108,10 @@ class ModelConfig:
                 or not math.isfinite(self.token_match):
             raise ValueError(f"token_match must be a finite number (the bias's starting gain; 0 for none), got "
                              f"{self.token_match!r}")
+        h = self.token_match_heads
+        if h is not None and (isinstance(h, bool) or not isinstance(h, int) or not 1 <= h <= self.n_heads):
+            raise ValueError(f"token_match_heads must be None (every head) or a number of heads from 1 to n_heads "
+                             f"({self.n_heads}), got {h!r}")
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_len"):
             v = getattr(self, name)
             bad = isinstance(v, bool) or not isinstance(v, int) or v < 1

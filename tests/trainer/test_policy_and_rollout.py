@@ -99,6 +99,11 @@ def test_the_same_word_gain_is_a_parameter_only_when_asked_for_and_a_bad_gain_is
     for bad in (True, float("nan"), "2"):
         with pytest.raises(ValueError, match="token_match must be a finite number"):
             ModelConfig(vocab_size=10, token_match=bad)
+    one = tiny_policy(tok, token_match=5.0, token_match_heads=1)  # one head per block looks up, three are free
+    assert all(b.attn.match_gain.tolist() == [5.0, 0.0, 0.0, 0.0] for b in one.blocks)
+    for bad in (0, 5, 1.0, True):
+        with pytest.raises(ValueError, match="token_match_heads must be None"):
+            ModelConfig(vocab_size=10, n_heads=4, token_match=1.0, token_match_heads=bad)
 
 
 @pytest.fixture(scope="module")

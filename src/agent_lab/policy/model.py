@@ -111,11 +111,12 @@ def same_word(query_ids: torch.Tensor, key_ids: torch.Tensor) -> torch.Tensor:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head attention. With ``ModelConfig.token_match = g`` each head ``h`` adds a learned gain ``g_h``
-    (starting at ``g``) to its score wherever the query's token is the key's: ``softmax(q.k / sqrt(D) + g_h *
-    [same word])``. Finding a word's other mentions by content otherwise needs query and key weights that map a
-    word onto itself, which a small model reaches only after a long plateau; the bias gives that look-up from the
-    first step, and each head learns how much of it to keep."""
+    """Multi-head attention. With ``ModelConfig.token_match = g`` each head ``h`` adds a learned gain ``g_h`` to
+    its score wherever the query's token is the key's: ``softmax(q.k / sqrt(D) + g_h * [same word])``, with
+    ``g_h`` starting at ``g`` in the first ``token_match_heads`` heads and at 0 in the others. Finding a word's
+    other mentions by content otherwise needs query and key weights that map a word onto itself, which a small
+    model reaches only after a long plateau; the bias gives that look-up from the first step, and each head
+    learns how much of it to keep."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -124,7 +125,11 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.dropout = cfg.dropout
-        self.match_gain = nn.Parameter(torch.full((cfg.n_heads,), float(cfg.token_match))) if cfg.token_match else None
+        self.match_gain = None
+        if cfg.token_match:
+            gain = torch.zeros(cfg.n_heads)
+            gain[: cfg.token_match_heads or cfg.n_heads] = float(cfg.token_match)
+            self.match_gain = nn.Parameter(gain)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None, layer: int, rot=None,
                 same: torch.Tensor | None = None) -> torch.Tensor:
