@@ -479,6 +479,24 @@ def test_full_stack_plans_are_fetch_first_plans_with_every_get_a_full_stack(leve
     assert any(shortest_plan(t, full_stacks=True) != shortest_plan(t) for t in tasks)
 
 
+@pytest.mark.parametrize("level", [2, 3, 4])
+def test_the_listed_plan_crafts_items_of_equal_depth_in_the_order_the_prompt_lists_their_recipes(level):
+    env = make_env("crafting", plan="fetch_full_listed", train_levels=[level])
+    tasks = [generate_world(seed, level) for seed in range(60)]
+    assert env.optimal_success(tasks) == 1.0
+    reordered = 0
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        listed, named = [a for _, a in demo], shortest_plan(task, full_stacks=True)
+        assert sorted(listed) == sorted(named)  # the same actions: only the order of equal-depth crafts differs
+        depths, shown = item_depths(task, [task["goal"]]), task["shown"]
+        crafted = list(dict.fromkeys(a.split()[1] for a in listed if a.startswith("craft")))
+        assert [(depths[x], shown.index(x)) for x in crafted] == sorted((depths[x], shown.index(x)) for x in crafted)
+        reordered += listed != named
+    assert reordered  # on some worlds the prompt's order is not the alphabetical one
+    with pytest.raises(ValueError, match="ties must be 'name' or 'listed'"):
+        shortest_plan(tasks[0], ties="shown")
+
+
 def test_full_stacks_stop_at_the_stack_limit():
     world = {"goal": "axe", "base": ["anvil"], "recipes": {"axe": {"yield": 1, "needs": {"anvil": 99}}},
              "shown": ["axe"], "budget": 99}

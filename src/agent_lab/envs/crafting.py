@@ -23,9 +23,11 @@ craftable item, crafting a base item or without the ingredients -- is invalid an
 declared rule ``invalid_action`` (``"spend_turn"``: answer ``invalid``, use the step; ``"end_episode"``:
 answer ``invalid``, reward 0). Running out of steps ends the episode with reward 0.
 
-Demonstrations (``plan``) follow one of three shortest plans: ``"fetch_first"`` fetches every base item
+Demonstrations (``plan``) follow one of these shortest plans: ``"fetch_first"`` fetches every base item
 in exactly the units the whole tree needs, then crafts children before parents; ``"fetch_full"`` is the
-same plan with every ``get`` a full ``max_get`` stack, so no count is a tree total; ``"on_demand"`` asks
+same plan with every ``get`` a full ``max_get`` stack, so no count is a tree total; ``"fetch_full_listed"`` is
+``"fetch_full"`` with crafts of equal depth in the order the prompt lists their recipes rather than alphabetical
+order (a rank of the item words that no prompt shows, learnt only pair by pair); ``"on_demand"`` asks
 at every step what the goal's recipe is short of and descends until it can ``get`` a full stack or
 ``craft`` (:func:`~agent_lab.envs.crafting_world.on_demand_action`), a function of the recipes and the
 current inventory alone, with no counts to multiply out; ``"follow_thought"`` fetches full stacks in the order
@@ -121,6 +123,7 @@ SHAPINGS = ("none", "first_craft", "distance")
 PLANS = {
     "fetch_first": shortest_plan,
     "fetch_full": partial(shortest_plan, full_stacks=True),
+    "fetch_full_listed": partial(shortest_plan, full_stacks=True, ties="listed"),
     "on_demand": on_demand_plan,
     "follow_thought": thought_plan,
 }

@@ -234,19 +234,26 @@ def optimal_steps(world: Mapping, inventory: Mapping[str, int] | None = None, ma
 
 
 def shortest_plan(
-    world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8, full_stacks: bool = False
+    world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8, full_stacks: bool = False,
+    ties: str = "name",
 ) -> list[str]:
-    """A shortest plan as action texts: every ``get`` first, then crafts children before parents.
+    """A shortest plan as action texts: every ``get`` first (base items in alphabetical order, the order of the
+    prompt's ``base`` line), then crafts children before parents (by :func:`item_depths`).
 
     Base item ``b`` is fetched in ``ceil(f(b) / G)`` gets either way. By default they fetch exactly
     ``f(b)`` units, a tree total the policy must multiply out; with ``full_stacks`` every ``get`` asks
     for a full ``G`` (less only where the stack would pass :data:`MAX_STACK`), so the count is a constant
-    and the surplus is harmless (nothing in the task penalises leftovers).
+    and the surplus is harmless (nothing in the task penalises leftovers). Crafts of equal depth come in
+    alphabetical order (``ties="name"``), a rank of the item words the prompt never shows, or in the order
+    the prompt lists their recipe lines (``ties="listed"``, ``world["shown"]``), which a policy can read.
     """
+    if ties not in ("name", "listed"):
+        raise ValueError(f"ties must be 'name' or 'listed', got {ties!r}")
     depths = item_depths(world, [world["goal"]])
     crafts, fetch = craft_counts(world, inventory or {}, depths)
     plan = _gets(fetch, sorted(fetch), inventory or {}, max_get, full_stacks)
-    for item in sorted(crafts, key=lambda x: (depths[x], x)):
+    listed = {x: i for i, x in enumerate(world["shown"])}
+    for item in sorted(crafts, key=lambda x: (depths[x], x if ties == "name" else listed[x])):
         plan += [f"craft {item}"] * crafts[item]
     return plan
 
