@@ -1,9 +1,9 @@
 """A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
-Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention (with an optional
-same-word bias), MLP, block,
-model (its sizes, ``ModelConfig``, are declared with every other setting in ``agent_lab.config``). Shapes are in
-comments: ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H`` heads, ``D`` head size, ``V`` vocabulary.
+Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention (with an
+optional same-word bias), MLP, block, model (its sizes, ``ModelConfig``, are declared with every other setting in
+``agent_lab.config``). Shapes are in comments: ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H``
+heads, ``D`` head size, ``V`` vocabulary.
 
 The cache stores one key/value per *slot*. During a batched multi-turn rollout every row advances by the
 same number of slots per call, but a row that has nothing to feed (its action already ended, its
@@ -114,9 +114,9 @@ class CausalSelfAttention(nn.Module):
     """Multi-head attention. With ``ModelConfig.token_match = g`` each head ``h`` adds a learned gain ``g_h`` to
     its score wherever the query's token is the key's: ``softmax(q.k / sqrt(D) + g_h * [same word])``, with
     ``g_h`` starting at ``g`` in the first ``token_match_heads`` heads and at 0 in the others. Finding a word's
-    other mentions by content otherwise needs query and key weights that map a word onto itself, which a small
-    model reaches only after a long plateau; the bias gives that look-up from the first step, and each head
-    learns how much of it to keep."""
+    other mentions by content otherwise needs query and key weights that map a word onto itself, which a model
+    trained from random weights has to learn first; the bias gives that look-up from the first step, and each
+    head learns how much of it to keep."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
