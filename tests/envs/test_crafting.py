@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import random
@@ -495,6 +496,29 @@ def test_the_listed_plan_crafts_items_of_equal_depth_in_the_order_the_prompt_lis
     assert reordered  # on some worlds the prompt's order is not the alphabetical one
     with pytest.raises(ValueError, match="ties must be 'name' or 'listed'"):
         shortest_plan(tasks[0], ties="shown")
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_the_ready_first_plan_crafts_the_first_listed_recipe_still_needed_whose_ingredients_are_held(level):
+    env = make_env("crafting", plan="ready_first", train_levels=[level])
+    tasks = [generate_world(seed, level) for seed in range(60)]
+    assert env.optimal_success(tasks) == 1.0
+    reordered = 0
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        ready, deep = [a for _, a in demo], shortest_plan(task, full_stacks=True)
+        assert sorted(ready) == sorted(deep) and len(ready) == optimal_steps(task)
+        crafts = [a for a in ready if a.startswith("craft")]
+        assert ready[: len(ready) - len(crafts)] == deep[: len(deep) - len(crafts)]  # the same gets, first
+        inv, left = {}, collections.Counter(a.split()[1] for a in crafts)
+        for a in ready[: len(ready) - len(crafts)]:
+            inv = apply_action(task, inv, a)
+        for a in crafts:  # no recipe listed before the one crafted was both still needed and ready
+            item = a.split()[1]
+            for x in task["shown"][: task["shown"].index(item)]:
+                assert not left[x] or any(inv.get(y, 0) < n for y, n in task["recipes"][x]["needs"].items())
+            inv, left[item] = apply_action(task, inv, a), left[item] - 1
+        reordered += ready != deep
+    assert reordered or level == 1  # on deeper worlds a ready craft is often listed before a shallower one
 
 
 def test_full_stacks_stop_at_the_stack_limit():

@@ -33,7 +33,9 @@ at every step what the goal's recipe is short of and descends until it can ``get
 current inventory alone, with no counts to multiply out; ``"follow_thought"`` fetches full stacks in the order
 the thought names the base items and crafts in the reverse order of its lines
 (:func:`~agent_lab.envs.crafting_world.thought_plan`), and with ``think`` the thought lists parents before
-children, so every action after it is the next entry of a list the policy has just written.
+children, so every action after it is the next entry of a list the policy has just written; ``"ready_first"``
+fetches as ``"fetch_full"`` does, then always crafts the first listed recipe the goal still needs whose ingredients
+are held (:func:`~agent_lab.envs.crafting_world.ready_first_plan`), read off the prompt and the inventory.
 
 Thinking (``think=True``, after ReAct's free-text thoughts): the first action may be ``think <any words>``;
 the environment answers ``ok`` without reading the words or spending a step of the budget, and a second
@@ -110,6 +112,7 @@ from agent_lab.envs.crafting_world import (
     on_demand_plan,
     optimal_steps,
     plan_length,
+    ready_first_plan,
     recipe_line,
     shortest_plan,
     thought,
@@ -126,6 +129,7 @@ PLANS = {
     "fetch_full_listed": partial(shortest_plan, full_stacks=True, ties="listed"),
     "on_demand": on_demand_plan,
     "follow_thought": thought_plan,
+    "ready_first": ready_first_plan,
 }
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}

@@ -46,6 +46,7 @@ __all__ = [
     "optimal_steps",
     "plan_length",
     "shortest_plan",
+    "ready_first_plan",
     "thought_plan",
     "on_demand_action",
     "on_demand_plan",
@@ -337,6 +338,33 @@ def on_demand_plan(world: Mapping, inventory: Mapping[str, int] | None = None, m
     while not plan or plan[-1] != f"craft {world['goal']}":
         plan.append(on_demand_action(world, inv, max_get))
         inv = apply_action(world, inv, plan[-1])
+    return plan
+
+
+def ready_first_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
+    """A shortest plan whose every craft is the first recipe line of the prompt (``world["shown"]``) that the
+    goal still needs and whose ingredients the inventory already holds; full-stack ``get`` s first, as in
+    ``shortest_plan(full_stacks=True)``.
+
+    The crafts and their counts are :func:`craft_counts`'; only their order differs from the depth order. Some
+    remaining craft is always ready: an ingredient short for a remaining craft still has crafts of its own left,
+    since production covers demand, and following shortages down ends at an item whose ingredients are held.
+    So the next craft reads off the prompt's lines and the inventory, with no depth or tree rank to work out.
+    """
+    inv = dict(inventory or {})
+    crafts, fetch = craft_counts(world, inv)
+    plan = _gets(fetch, sorted(fetch), inv, max_get, True)
+    for action in plan:
+        inv = apply_action(world, inv, action)
+    recipes, left = world["recipes"], dict(crafts)
+    order = [*world["shown"], *sorted(set(crafts) - set(world["shown"]))]  # a hand-made world may list fewer
+    while left:
+        item = next(x for x in order if left.get(x)
+                    and all(inv.get(y, 0) >= n for y, n in recipes[x]["needs"].items()))
+        plan.append(f"craft {item}")
+        inv, left[item] = apply_action(world, inv, plan[-1]), left[item] - 1
+        if not left[item]:
+            del left[item]
     return plan
 
 
