@@ -15,7 +15,9 @@ commit, process id, the step it started from) and ``curve.jsonl``, the curve:
   the previous line, training seconds and CPU seconds so far (evaluation excluded), the evaluation's seconds,
   and per split (``test``, ``held_out_goals``) and level the greedy success on ``--sample`` worlds per level
   with its 95% Wilson interval, the planner's success on the same worlds and the share of it, and the failed
-  episodes by first mistake (``agent_lab.envs.crafting.first_mistake``); ``target_met``;
+  episodes by first mistake (``agent_lab.envs.crafting.first_mistake``); ``nll``: per level, the planner's
+  actions on the test split's worlds of that line scored by the policy, by the token's role
+  (``_action_nll.action_nll``: which decisions the imitation loss is made of); ``target_met``;
   after RL steps, ``rl``: the sampled batches' diagnostics since the previous line (:data:`RL_DIAGNOSTICS`);
 * a ``confirm`` line when a sample meets the target, or when the recipe's steps run out: the same figures on
   ``--confirm`` worlds per level. Training stops when the confirmation meets the target too (or when the steps
@@ -44,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from _action_nll import action_nll  # noqa: E402
 from _results import commit, cpu_flags, cpu_model  # noqa: E402
 
 from agent_lab import timing  # noqa: E402
@@ -203,6 +206,7 @@ def evaluation_line(run: T.Run, kind: str, per_level: int, since: int) -> dict:
     """One curve line at the run's current step; ``since``: the previous line's step (the loss's window)."""
     t = time.perf_counter()
     splits = evaluate_splits(run, per_level)
+    nll = action_nll(run.model, run.env, run.tok, run.env.eval_tasks("test", per_level * len(run.env.train_levels)))
     losses = [h["loss"] for h in run.history if since <= h["step"] < run.step and "loss" in h]
     demos, episodes = counts(run)
     state = run.driver_state
@@ -210,7 +214,7 @@ def evaluation_line(run: T.Run, kind: str, per_level: int, since: int) -> dict:
     return {"kind": kind, "step": run.step, "phase": "sft" if run.step <= run.cfg.sft.steps else "rl",
             "demonstrations": demos, "episodes": episodes, "loss": loss,
             "train_s": state["train_s"], "cpu_s": state["cpu_s"], "eval_s": time.perf_counter() - t,
-            "per_level": per_level, "splits": splits, "target_met": meets_target(splits),
+            "per_level": per_level, "splits": splits, "nll": nll, "target_met": meets_target(splits),
             **({"rl": rl} if (rl := rl_diagnostics(run.history, since, run.step)) else {})}
 
 

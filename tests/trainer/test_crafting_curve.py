@@ -99,6 +99,9 @@ def test_a_cut_off_curve_resumes_to_the_uninterrupted_one_bit_for_bit(uninterrup
     assert all(x["loss"] is not None for x in lines[1:])
     for g in (g for x in lines[1:] for levels in x["splits"].values() for g in levels.values()):
         assert sum(g["mistakes"].values()) == g["n"] - g["successes"]  # each failed episode, by first mistake
+    for x in lines[1:]:  # the loss by role, on the line's test worlds: every level, shares summing to one
+        assert sorted(x["nll"]) == sorted(x["splits"]["test"])
+        assert all(sum(r["share"] for r in g.values()) == pytest.approx(1.0) for g in x["nll"].values())
     mine, theirs = weights(tmp_path), weights(whole)
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)
     sessions = [json.loads(x) for x in (tmp_path / "sessions.jsonl").read_text().splitlines()]
