@@ -555,6 +555,11 @@ def test_the_committed_crafting_curves_draw():
     fig = rf.compare_curves_figure(curves)
     assert all(ax.has_data() for ax in fig.axes)
     plt.close(fig)
+    scored = {n: lines for n, lines in curves.items() if n in rf.role_loss_facts(curves)}
+    if scored:  # curves that score the loss by role
+        fig = rf.role_loss_figure(scored)
+        assert fig.get_figwidth() == rf.WIDTH and all(ax.has_data() for ax in fig.axes)
+        plt.close(fig)
 
 
 def _written_by_scripts(root: Path) -> set[str]:
@@ -598,6 +603,36 @@ def test_mistakes_along_a_curve_are_shares_of_the_sample_from_where_the_curve_co
     lines[2]["splits"]["test"]["level 3"]["mistakes"] = {"off the goal's tree": 1}
     with pytest.raises(ValueError, match="step 200: 1 failed episodes counted"):
         rf.mistake_points(lines)
+
+
+def _roles_line(step, shares, nll=1.0):
+    """A sample line whose test worlds' level 2 and level 3 losses split by role as ``shares`` (``nll`` each)."""
+    def roles():
+        return {r: {"tokens": 10, "nll": nll, "share": v} for r, v in shares.items()}
+    return {**_mistakes_line(step, 10), "nll": {"level 2": roles(), "level 3": roles()}}
+
+
+def test_the_loss_by_role_is_read_at_a_curves_first_and_last_scored_sample():
+    early = {"verb": 0.1, "get item": 0.2, "get count": 0.05, "craft item, first": 0.25, "craft item, later": 0.4}
+    late = {"verb": 0.5, "get item": 0.1, "craft item, first": 0.1, "craft item, later": 0.2, "end": 0.1}
+    lines = [{"kind": "header"}, _mistakes_line(100, 0), _roles_line(200, early), _roles_line(300, late, 0.5)]
+    got = rf.role_loss_facts({"lever": lines, "old": lines[:2]})  # a curve that never scored is left out
+    assert list(got) == ["lever"]
+    first, last = got["lever"]["first"], got["lever"]["last"]
+    assert (first["step"], first["x"], last["step"], last["x"]) == (200, 6400, 300, 9600)
+    assert first["levels"]["level 3"]["items"] == pytest.approx(0.85)  # get item + first and later craft item
+    assert first["levels"]["level 3"]["largest"] == "craft item, later"
+    assert last["levels"]["level 2"]["items"] == pytest.approx(0.4) and last["levels"]["level 2"]["largest"] == "verb"
+    assert rf.role_loss_points(lines, "level 3")["verb"] == [(6400, 1.0), (9600, 0.5)]
+    assert rf.role_loss_points(lines, "level 3")["end"] == [(9600, 0.5)]
+    fig = rf.role_loss_figure({"lever": lines, "again": lines, "old": lines[:2]}, least_share=0.1)
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes) == 3
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]  # get count never holds 0.1: not drawn
+    assert labels == ["verb", "get item", "craft item, first", "craft item, later", "end", "lever", "again"]
+    plt.close(fig)
+    lines[3]["nll"]["level 3"]["verb"]["share"] = 0.9
+    with pytest.raises(ValueError, match="step 300: the shares of level 3's loss do not sum to 1"):
+        rf.role_loss_facts({"lever": lines})
 
 
 def _rec(successes, low, high, n=20):

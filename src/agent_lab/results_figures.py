@@ -855,6 +855,79 @@ def mistakes_figure(curves: dict[str, list[dict]], level: str = "level 3", kind:
     return fig
 
 
+# ----------------------------------------------------------------------------- the imitation loss by role
+#: The roles (``bench/_action_nll.py``) whose token names an item: which base item to fetch, which item to craft.
+ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def role_loss_points(lines: list[dict], level: str) -> dict[str, Curve]:
+    """Along a curve, per role, the planner's tokens' mean negative log-likelihood (nats per token) at ``level``
+    of the test worlds against demonstrations plus RL episodes, from the sample evaluations that carry ``nll``
+    (curves trained before the harness scored it carry none)."""
+    out: dict[str, Curve] = {}
+    for line in evaluations(lines):
+        for role, r in line.get("nll", {}).get(level, {}).items():
+            out.setdefault(role, []).append((curve_x(line, "budget"), r["nll"]))
+    return out
+
+
+def role_loss_facts(curves: dict[str, list[dict]], levels: tuple[str, ...] = ("level 2", "level 3")) -> dict:
+    """For each curve whose sample evaluations carry ``nll``, its first and last such evaluation (``first``,
+    ``last``: step and demonstrations + episodes ``x``) and there, per level of ``levels``: each role's
+    ``nll`` and ``share`` of the level's summed nats, ``items`` (the summed share of :data:`ITEM_ROLES`)
+    and ``largest`` (the role with the largest share)."""
+    out = {}
+    for name, lines in curves.items():
+        scored = [line for line in evaluations(lines) if line.get("nll")]
+        if not scored:
+            continue
+
+        def at(line: dict) -> dict:
+            by = {}
+            for level in levels:
+                roles = line["nll"].get(level, {})
+                if abs(sum(r["share"] for r in roles.values()) - 1) > 1e-6:
+                    raise ValueError(f"{name} step {line['step']}: the shares of {level}'s loss do not sum to 1")
+                by[level] = {"roles": roles, "items": sum(roles[r]["share"] for r in ITEM_ROLES if r in roles),
+                             "largest": max(roles, key=lambda r: roles[r]["share"])}
+            return {"step": line["step"], "x": curve_x(line, "budget"), "levels": by}
+        out[name] = {"first": at(scored[0]), "last": at(scored[-1])}
+    return out
+
+
+def role_loss_figure(curves: dict[str, list[dict]], levels: tuple[str, ...] = ("level 1", "level 2", "level 3"),
+                     least_share: float = 0.05):
+    """A panel per level of the test worlds: the planner's tokens' mean nats per token under each curve's
+    policy, a colour per role (those that ever hold at least ``least_share`` of a level's loss) and a line
+    style per curve, against demonstrations plus RL episodes."""
+    shown = {n: lines for n, lines in curves.items() if any(line.get("nll") for line in evaluations(lines))}
+    held = [(role, r["share"]) for lines in shown.values() for line in evaluations(lines)
+            for by_role in line.get("nll", {}).values() for role, r in by_role.items()]
+    roles = list(dict.fromkeys(role for role, share in held if share >= least_share))  # in the record's order
+    height, legend = legend_below((len(roles) + len(shown) + 1) // 2)
+    fig, axes = subplots(len(levels), height=height, sharey=True)
+    for ax, level in zip(axes, levels):
+        for k, lines in enumerate(shown.values()):
+            points = role_loss_points(lines, level)
+            for j, role in enumerate(roles):
+                if points.get(role):
+                    ax.plot(*zip(*points[role]), color=COLORS[j % 10], ls=LINESTYLES[k % 4], lw=1.4, marker="o", ms=2)
+        ax.set_xlabel(CURVE_X["budget"], fontsize=8)
+        ax.xaxis.set_major_formatter(THOUSANDS)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"test, {level}", fontsize=9)
+    axes[0].set_ylabel("nats per token")
+    for j, role in enumerate(roles):
+        axes[0].plot([], [], color=COLORS[j % 10], label=role)
+    for k, (name, lines) in enumerate(shown.items()):
+        axes[0].plot([], [], color="grey", ls=LINESTYLES[k % 4], label=name)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
+
+
 def total_steps(header: dict) -> int | None:
     """The recipe's SFT plus RL steps, from the header's configuration (None if it has none)."""
     cfg = header.get("config") or {}

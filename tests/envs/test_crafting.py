@@ -494,7 +494,7 @@ def test_the_listed_plan_crafts_items_of_equal_depth_in_the_order_the_prompt_lis
         assert [(depths[x], shown.index(x)) for x in crafted] == sorted((depths[x], shown.index(x)) for x in crafted)
         reordered += listed != named
     assert reordered  # on some worlds the prompt's order is not the alphabetical one
-    with pytest.raises(ValueError, match="ties must be 'name' or 'listed'"):
+    with pytest.raises(ValueError, match=r"ties must be one of \['name', 'listed'\], got 'shown'"):
         shortest_plan(tasks[0], ties="shown")
 
 

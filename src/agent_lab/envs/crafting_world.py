@@ -248,8 +248,7 @@ def shortest_plan(
     alphabetical order (``ties="name"``), a rank of the item words the prompt never shows, or in the order
     the prompt lists their recipe lines (``ties="listed"``, ``world["shown"]``), which a policy can read.
     """
-    if ties not in ("name", "listed"):
-        raise ValueError(f"ties must be 'name' or 'listed', got {ties!r}")
+    check_choice("ties", ties, ("name", "listed"))
     depths = item_depths(world, [world["goal"]])
     crafts, fetch = craft_counts(world, inventory or {}, depths)
     plan = _gets(fetch, sorted(fetch), inventory or {}, max_get, full_stacks)
