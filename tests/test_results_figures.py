@@ -555,6 +555,10 @@ def test_the_committed_crafting_curves_draw():
     fig = rf.compare_curves_figure(curves)
     assert all(ax.has_data() for ax in fig.axes)
     plt.close(fig)
+    if rf.loss_vs_recipe_facts(curves)["rows"]:
+        fig = rf.loss_vs_recipe_figure(curves)
+        assert fig.get_figwidth() == rf.WIDTH and fig.axes[0].has_data()
+        plt.close(fig)
     scored = {n: lines for n, lines in curves.items() if n in rf.role_loss_facts(curves)}
     if scored:  # curves that score the loss by role
         fig = rf.role_loss_figure(scored)
@@ -713,6 +717,50 @@ def test_a_lever_is_compared_with_the_recipe_on_its_own_seed():
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels[0] == "crafting-full on the lever's seed, same demonstrations + episodes"
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["x (3,200)", "x-seed1 (3,200)"]
+    plt.close(fig)
+
+
+def _loss_curve(losses, env=None, plugins=None, batch=32, every=100):
+    """A curve whose SFT samples every ``every`` steps of ``batch`` demonstrations log ``losses`` in turn."""
+    config = {"env_options": env or {"plan": "fetch_full", "reread": True}, "sft": {"batch_size": batch},
+              "plugins": plugins if plugins is not None else {"recovery_demonstrations": {"from_step": 400}}}
+    return [{"kind": "header", "config": config}] + [
+        {"kind": "sample", "step": every * (i + 1), "phase": "sft", "train_s": 1.0, "loss": loss, "splits": {},
+         "demonstrations": batch * every * (i + 1), "episodes": 0} for i, loss in enumerate(losses)]
+
+
+def test_a_levers_sft_loss_is_set_beside_each_recipe_seeds_at_equal_demonstrations():
+    curves = {"crafting-full-seed0": _loss_curve([2.0, 1.5, 1.0, 0.8, 0.1]),  # 0.1: after recovery from 12,800
+              "crafting-full-seed1": _loss_curve([2.0, 1.6, 1.2, 0.9]),
+              "lever-low": _loss_curve([1.9, 1.2, 0.95, 0.7, 0.6], env={"plan": "fetch_full", "reread": False}),
+              "lever-high": _loss_curve([2.1, 1.9, 1.55], plugins={}),  # no recovery: the recipe's still bounds it
+              "lever-mid": _loss_curve([2.0, 1.4, 1.1], batch=16, every=200,  # 3,200 demos per 200 steps
+                                   plugins={"recovery_demonstrations": {"from_step": 800}}),
+              "lever-plan": _loss_curve([1.0], env={"plan": "on_demand", "reread": True}),
+              "lever-obs": _loss_curve([1.0], plugins={"observation_loss": {"weight": 1.0}}),
+              "lever-late": _loss_curve([1.0], every=1000)}
+    f = rf.loss_vs_recipe_facts(curves)
+    assert f["seeds"] == ["crafting-full-seed0", "crafting-full-seed1"]
+    low, high, mid = (f["rows"][n] for n in ("lever-low", "lever-high", "lever-mid"))
+    # the last point before 400 steps x 32 = 12,800 demonstrations at which both seeds evaluated: 12,800
+    assert (low["x"], low["loss"], low["recipe"]) == (12800, 0.7, {"crafting-full-seed0": 0.8,
+                                                                   "crafting-full-seed1": 0.9})
+    assert low["verdict"] == "below" and low["ratio"] == pytest.approx(0.7 / 0.85)
+    # seed 0 first came down to 0.7 only after recovery began (left out); seed 1 never did
+    assert low["reached"] == {"crafting-full-seed0": None, "crafting-full-seed1": None} and low["demo_share"] == {}
+    assert (high["x"], high["verdict"]) == (9600, "above")
+    assert high["reached"] == {"crafting-full-seed0": 6400, "crafting-full-seed1": 9600}
+    assert high["demo_share"] == {"crafting-full-seed0": 1.5, "crafting-full-seed1": 1.0}
+    assert (mid["x"], mid["loss"], mid["verdict"]) == (9600, 1.1, "within")
+    assert mid["demo_share"] == {"crafting-full-seed0": 1.0, "crafting-full-seed1": 9600 / 12800}
+    assert f["counts"] == {"below": 1, "within": 1, "above": 1}
+    assert f["left_out"] == {
+        "lever-plan": "other demonstrations (plan=on_demand, the recipe's fetch_full)",
+        "lever-obs": "a loss term besides imitation (observation_loss)",
+        "lever-late": "no evaluation at demonstrations two recipe seeds also evaluated at"}
+    fig = rf.loss_vs_recipe_figure(curves)
+    assert fig.get_figwidth() == rf.WIDTH and len(fig.axes[0].get_yticklabels()) == 3
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["low (12,800)", "high (9,600)", "mid (9,600)"]
     plt.close(fig)
 
 

@@ -9,6 +9,7 @@ seeds a bold one.
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 from collections import defaultdict
@@ -1317,6 +1318,107 @@ def levers_vs_baseline_figure(curves: dict[str, list[dict]], base: str = "crafti
     for v, color in VERDICTS.items():
         axes[0].plot([], [], "o", color=color, label=f"lever, {v}")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.tight_layout(rect=(0, legend, 1, 1))
+    return fig
+
+
+# ----------------------------------------------------------------------------- levers' imitation loss
+#: Environment settings that change only the prompt a demonstration is read from, not its actions.
+PROMPT_ONLY = ("reread", "tag_ingredients")
+#: Where a lever's logged SFT loss lies against the recipe seeds' at the same demonstrations.
+LOSS_VERDICTS = {"below": COLORS[2], "within": COLORS[0], "above": COLORS[3]}
+
+
+def same_actions(header: dict, base: dict) -> str | None:
+    """Why a lever's logged SFT loss cannot be set beside the recipe's (None where it can). The loss is the mean
+    over the demonstrated actions' tokens, so both must imitate the same actions of worlds drawn alike (settings
+    in :data:`PROMPT_ONLY` aside) with no loss term added to the imitation loss."""
+    mine, theirs = header.get("config") or {}, base.get("config") or {}
+
+    def actions(cfg: dict) -> dict:
+        return {k: v for k, v in (cfg.get("env_options") or {}).items() if k not in PROMPT_ONLY}
+    a, b = actions(mine), actions(theirs)
+    if a != b:
+        changed = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
+        return "other demonstrations (" + ", ".join(f"{k}={a.get(k)}, the recipe's {b.get(k)}" for k in changed) + ")"
+    added = sorted(set(mine.get("plugins") or {}) - set(theirs.get("plugins") or {}))
+    return f"a loss term besides imitation ({', '.join(added)})" if added else None
+
+
+def recovery_from(header: dict) -> float:
+    """The demonstrations after which the run mixes in recovery demonstrations (other data from then on)."""
+    cfg = header.get("config") or {}
+    plugin = (cfg.get("plugins") or {}).get("recovery_demonstrations")
+    return plugin["from_step"] * cfg["sft"]["batch_size"] if plugin else math.inf
+
+
+def sft_losses(lines: list[dict], until: float = math.inf) -> dict[float, float]:
+    """A curve's logged SFT loss (the mean since the evaluation before) by demonstrations, up to ``until``."""
+    return {curve_x(line, "budget"): line["loss"] for line in evaluations(lines)
+            if line.get("phase") == "sft" and line.get("loss") is not None and curve_x(line, "budget") <= until}
+
+
+def loss_vs_recipe_facts(curves: dict[str, list[dict]], bases: tuple[str, ...] = (
+        "crafting-full-seed0", "crafting-full-seed1", "crafting-full-seed2")) -> dict:
+    """Every ``lever-*`` curve whose SFT loss can be set beside the recipe's (:func:`same_actions`) against the
+    recipe's seeds (``bases`` that are committed) at equal demonstrations: its last sample evaluation before
+    either mixes in recovery demonstrations at which at least two recipe seeds also evaluated. ``rows``, per
+    lever: ``x``, its ``loss``, the seeds' losses there (``recipe``, by seed curve), ``ratio`` (its loss over
+    the seeds' mean), ``verdict`` (:data:`LOSS_VERDICTS`: below every seed, above every seed or within) and,
+    per seed, the demonstrations at which the seed's loss first came down to the lever's (``reached``; None
+    where it had not before it mixed in recovery demonstrations) and ``x`` over them (``demo_share``: the share
+    of the recipe's demonstrations the lever needed for the same loss); ``counts`` per verdict; ``left_out``,
+    the other levers with the reason."""
+    seeds = [b for b in bases if b in curves]
+    rows, left_out = {}, {}
+    for name in (n for n in curves if n.startswith("lever-")):
+        reason = same_actions(curves[name][0], curves[seeds[0]][0]) if seeds else "no recipe curve"
+        if reason:
+            left_out[name] = reason
+            continue
+        until = min(recovery_from(curves[n][0]) for n in (name, *seeds))
+        mine, theirs = sft_losses(curves[name], until), {b: sft_losses(curves[b], until) for b in seeds}
+        shared = [x for x in mine if sum(x in t for t in theirs.values()) >= 2]
+        if not shared:
+            left_out[name] = "no evaluation at demonstrations two recipe seeds also evaluated at"
+            continue
+        x = max(shared)
+        recipe = {b: t[x] for b, t in theirs.items() if x in t}
+        loss = mine[x]
+        verdict = "below" if loss < min(recipe.values()) else "above" if loss > max(recipe.values()) else "within"
+        whole = {b: sft_losses(curves[b], recovery_from(curves[b][0])) for b in seeds}
+        reached = {b: min((x2 for x2, l2 in t.items() if l2 <= loss), default=None) for b, t in whole.items()}
+        rows[name] = {"x": x, "loss": loss, "recipe": recipe, "ratio": loss / (sum(recipe.values()) / len(recipe)),
+                      "verdict": verdict, "reached": reached,
+                      "demo_share": {b: x / r for b, r in reached.items() if r is not None}}
+    return {"seeds": seeds, "rows": rows, "left_out": left_out,
+            "counts": {v: sum(r["verdict"] == v for r in rows.values()) for v in LOSS_VERDICTS}}
+
+
+def loss_vs_recipe_figure(curves: dict[str, list[dict]], bases: tuple[str, ...] = (
+        "crafting-full-seed0", "crafting-full-seed1", "crafting-full-seed2")):
+    """A row per lever of :func:`loss_vs_recipe_facts` (named with the demonstrations it was compared at): the
+    recipe seeds' logged SFT loss there as grey dots and the lever's coloured by its verdict, each over the
+    seeds' mean there, so that every row reads against 1."""
+    f = loss_vs_recipe_facts(curves, bases)
+    names = list(f["rows"])
+    height, legend = legend_below(2, panel_height=0.25 * len(names) + 1.3)
+    fig, (ax,) = subplots(height=height)
+    for i, name in enumerate(names):
+        r = f["rows"][name]
+        mean = r["loss"] / r["ratio"]
+        ax.plot([v / mean for v in r["recipe"].values()], [i] * len(r["recipe"]), "o", ms=4, color="grey",
+                alpha=0.7)
+        ax.plot([r["ratio"]], [i], "o", ms=5, color=LOSS_VERDICTS[r["verdict"]])
+    ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("logged SFT loss over the recipe seeds' mean at equal demonstrations", fontsize=8)
+    ax.set_yticks(range(len(names)), [f"{lever_name(n)} ({f['rows'][n]['x']:,.0f})" for n in names], fontsize=7)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.grid(alpha=0.3, axis="x")
+    ax.plot([], [], "o", color="grey", label="recipe, each seed with a sample there")
+    for v, color in LOSS_VERDICTS.items():
+        ax.plot([], [], "o", color=color, label=f"lever, {v} every seed" if v != "within" else "lever, within")
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
     fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
 
