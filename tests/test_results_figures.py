@@ -756,7 +756,7 @@ def test_a_levers_sft_loss_is_set_beside_each_recipe_seeds_at_equal_demonstratio
     assert f["counts"] == {"below": 1, "within": 1, "above": 1}
     assert f["left_out"] == {
         "lever-plan": "other demonstrations (plan=on_demand, the recipe's fetch_full)",
-        "lever-obs": "a loss term besides imitation (observation_loss)",
+        "lever-obs": "a plug-in the recipe does not run (observation_loss)",
         "lever-late": "no evaluation at demonstrations two recipe seeds also evaluated at"}
     fig = rf.loss_vs_recipe_figure(curves)
     assert fig.get_figwidth() == rf.WIDTH and len(fig.axes[0].get_yticklabels()) == 3

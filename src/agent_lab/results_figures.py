@@ -1332,7 +1332,8 @@ LOSS_VERDICTS = {"below": COLORS[2], "within": COLORS[0], "above": COLORS[3]}
 def same_actions(header: dict, base: dict) -> str | None:
     """Why a lever's logged SFT loss cannot be set beside the recipe's (None where it can). The loss is the mean
     over the demonstrated actions' tokens, so both must imitate the same actions of worlds drawn alike (settings
-    in :data:`PROMPT_ONLY` aside) with no loss term added to the imitation loss."""
+    in :data:`PROMPT_ONLY` aside), and the lever may run no plug-in the recipe does not (a plug-in adds a loss
+    term or changes the data)."""
     mine, theirs = header.get("config") or {}, base.get("config") or {}
 
     def actions(cfg: dict) -> dict:
@@ -1342,7 +1343,7 @@ def same_actions(header: dict, base: dict) -> str | None:
         changed = sorted(k for k in {*a, *b} if a.get(k) != b.get(k))
         return "other demonstrations (" + ", ".join(f"{k}={a.get(k)}, the recipe's {b.get(k)}" for k in changed) + ")"
     added = sorted(set(mine.get("plugins") or {}) - set(theirs.get("plugins") or {}))
-    return f"a loss term besides imitation ({', '.join(added)})" if added else None
+    return f"a plug-in the recipe does not run ({', '.join(added)})" if added else None
 
 
 def recovery_from(header: dict) -> float:
