@@ -92,6 +92,9 @@ class ModelConfig:
     line_positions: bool = setting(False, "add a learned embedding of each token's offset in its line (0 at the "
                                           "newline before it), so a line's first word and the tokens of one "
                                           "line are found without counting tokens")
+    line_heads: bool = setting(False, "add a learned embedding of the first word of each token's line (none on a "
+                                      "newline), so every token of a recipe line carries the item the line is "
+                                      "for and a look-up by item reads any token of its line in one hop")
 
     token_match: float = setting(0.0, "starting gain of a same-word attention bias (0: none): every head adds a "
                                       "learned gain, starting here, to its attention score wherever the query's "
@@ -102,8 +105,9 @@ class ModelConfig:
                                                   "patterns); None: every head")
 
     def __post_init__(self):
-        if not isinstance(self.line_positions, bool):
-            raise ValueError(f"line_positions must be True or False, got {self.line_positions!r}")
+        for name in ("line_positions", "line_heads"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if isinstance(self.token_match, bool) or not isinstance(self.token_match, (int, float)) \
                 or not math.isfinite(self.token_match):
             raise ValueError(f"token_match must be a finite number (the bias's starting gain; 0 for none), got "

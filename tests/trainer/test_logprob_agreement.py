@@ -28,14 +28,15 @@ BOUND = 1e-5
 CASES = list(itertools.product((True, False), ("packed", "padded"), (True, False), ((1.0, 1.0), (0.7, 0.9))))
 
 
-@pytest.fixture(scope="module", params=[0.0, 2.0], ids=["plain attention", "same-word bias"])
+@pytest.fixture(scope="module", params=[{}, {"token_match": 2.0}, {"line_heads": True, "line_positions": True}],
+                ids=["plain attention", "same-word bias", "line heads and offsets"])
 def crafting(request):
-    """A causal policy on crafting prompts shown twice, with and without the same-word attention bias
-    (ModelConfig.token_match)."""
+    """A causal policy on crafting prompts shown twice, plain, with the same-word attention bias
+    (ModelConfig.token_match) and with each line's first word and offsets embedded (line_heads, line_positions)."""
     torch.set_num_threads(1)
     env = make_env("crafting", mask_actions=True)
     tok = WordTokenizer.from_env(env)
-    return env, tok, tiny_policy(tok, seed=5, positions="rope", token_match=request.param), env.sample_tasks(3, 8)
+    return env, tok, tiny_policy(tok, seed=5, positions="rope", **request.param), env.sample_tasks(3, 8)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["token positions", "line positions"])

@@ -11,7 +11,8 @@ from agent_lab.envs import make_env
 from agent_lab.envs.base import replay
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.policy import KVCache, ModelConfig, WordTokenizer
-from agent_lab.policy.model import CausalSelfAttention, same_word
+from agent_lab.policy.model import CausalSelfAttention, line_heads, line_offsets, same_word
+from agent_lab.policy.tokenizer import NL, SPECIALS
 from agent_lab.rollout import (
     RolloutBatch,
     SamplingConfig,
@@ -34,11 +35,14 @@ def test_tokenizer_round_trips_protocol_text_and_maps_newlines_to_nl():
         WordTokenizer(["two words"])
 
 
-@pytest.mark.parametrize(("positions", "line_positions", "token_match"),
-                         [("learned", False, 0.0), ("rope", False, 0.0), ("rope", True, 0.0), ("rope", False, 2.0)])
-def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions, line_positions, token_match):
+@pytest.mark.parametrize(("positions", "line_positions", "token_match", "line_heads"),
+                         [("learned", False, 0.0, False), ("rope", False, 0.0, False), ("rope", True, 0.0, False),
+                          ("rope", False, 2.0, False), ("rope", False, 0.0, True), ("rope", True, 0.0, True)])
+def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(positions, line_positions, token_match,
+                                                                       line_heads):
     tok = WordTokenizer([str(i) for i in range(20)])
-    m = tiny_policy(tok, positions=positions, line_positions=line_positions, token_match=token_match).eval()
+    m = tiny_policy(tok, positions=positions, line_positions=line_positions, token_match=token_match,
+                    line_heads=line_heads).eval()
     g = torch.Generator().manual_seed(0)
     B, L = 3, 12
     ids = torch.randint(tok.nl_id, len(tok), (B, L), generator=g)  # newlines among the words: lines of any length
@@ -64,6 +68,31 @@ def test_kv_cache_chunked_steps_with_padding_slots_equal_full_recompute(position
             got[b, fed[b] : fed[b] + take[b]] = out[b, : take[b]]
         fed = fed + take
     torch.testing.assert_close(got, full, atol=1e-5, rtol=1e-5)
+
+
+def test_each_token_carries_the_first_word_of_its_line_and_a_newline_none():
+    nl = SPECIALS.index(NL)
+    ids = torch.tensor([[1, 7, 8, 9, nl, 5, 6, nl, nl, 4]])  # <bos> 7 8 9 | 5 6 | (empty line) | 4
+    offsets, _ = line_offsets(ids, torch.arange(10)[None])
+    heads, last = line_heads(ids, offsets)
+    assert heads.tolist() == [[0, 7, 7, 7, 0, 5, 5, 0, 0, 4]] and last.tolist() == [4]
+    # fed in two calls, the second without a newline: the line begun in the first keeps its head
+    first, start = line_offsets(ids[:, :6], torch.arange(6)[None])
+    h1, carry = line_heads(ids[:, :6], first)
+    rest = torch.tensor([[6, 6, 6]])
+    more, _ = line_offsets(rest, torch.arange(6, 9)[None], start)
+    h2, _ = line_heads(rest, more, carried=carry)
+    assert h1.tolist() == [[0, 7, 7, 7, 0, 5]] and h2.tolist() == [[5, 5, 5]]
+    # a padding slot is never a line's first word
+    valid = torch.tensor([[True, True, False, True]])
+    pad = torch.tensor([[1, nl, 3, 8]])
+    offs, _ = line_offsets(pad, torch.tensor([[0, 1, 0, 2]]), valid=valid)
+    assert line_heads(pad, offs, valid)[0].tolist()[0][3] == 8
+    tok = WordTokenizer([str(i) for i in range(20)])
+    assert tiny_policy(tok, line_heads=True).head_emb.num_embeddings == len(tok)
+    assert tiny_policy(tok).head_emb is None
+    with pytest.raises(ValueError, match="line_heads must be True or False, got 1"):
+        ModelConfig(vocab_size=10, line_heads=1)
 
 
 def test_the_same_word_bias_adds_each_heads_gain_to_the_scores_of_keys_holding_the_query_token():

@@ -1,6 +1,6 @@
 """A decoder-only transformer with a key/value cache (book/part2/00_nested_policies.md).
 
-Read it top to bottom: the cache, rotary positions (optional), line offsets (optional), attention (with an
+Read it top to bottom: the cache, rotary positions (optional), line offsets and heads (optional), attention (with an
 optional same-word bias), MLP, block, model (its sizes, ``ModelConfig``, are declared with every other setting in
 ``agent_lab.config``). Shapes are in comments: ``B`` batch, ``k`` new tokens this call, ``S`` cache slots, ``H``
 heads, ``D`` head size, ``V`` vocabulary.
@@ -39,6 +39,7 @@ class KVCache:
         self.valid = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         self.ids = torch.zeros(batch, capacity, dtype=torch.long, device=device)
         self.line_start = torch.zeros(batch, dtype=torch.long, device=device)  # each row's last newline position
+        self.line_head = torch.zeros(batch, dtype=torch.long, device=device)  # the first word of each row's line
         self.length = 0
 
     @property
@@ -64,6 +65,7 @@ class KVCache:
         self.valid = self.valid[keep]
         self.ids = self.ids[keep]
         self.line_start = self.line_start[keep]
+        self.line_head = self.line_head[keep]
 
 
 def rotary(positions: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +104,23 @@ def line_offsets(ids: torch.Tensor, positions: torch.Tensor, line_start: torch.T
     if line_start is not None:
         start = torch.maximum(start, line_start[:, None])
     return (index - start).clamp(0, LINE_SPAN - 1), start[:, -1]
+
+
+def line_heads(ids: torch.Tensor, offsets: torch.Tensor, valid: torch.Tensor | None = None,
+               carried: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's line head ``[B, k]``: the token at offset 1 of its line (:func:`line_offsets`), the first
+    word after the newline, or 0 (the padding id: no head yet) on a token at offset 0; and each row's last head
+    ``[B]`` to carry into the next call. ``carried [B]`` is the head of a line begun in an earlier call;
+    ``valid [B, k]`` leaves padding slots out."""
+    B, k = ids.shape
+    first = offsets == 1
+    if valid is not None:
+        first = first & valid
+    columns = torch.arange(k, device=ids.device).expand(B, k)
+    last = torch.where(first, columns, torch.full_like(columns, -1)).cummax(dim=1).values
+    before = carried[:, None].expand(B, k) if carried is not None else torch.zeros_like(ids)
+    heads = torch.where(last >= 0, ids.gather(1, last.clamp(min=0)), before)
+    return heads.masked_fill(offsets == 0, 0), heads[:, -1]
 
 
 def same_word(query_ids: torch.Tensor, key_ids: torch.Tensor) -> torch.Tensor:
@@ -199,6 +218,7 @@ class TinyTransformer(nn.Module):
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.pos_emb = nn.Embedding(cfg.max_len, cfg.d_model) if cfg.positions == "learned" else None
         self.line_emb = nn.Embedding(LINE_SPAN, cfg.d_model) if cfg.line_positions else None
+        self.head_emb = nn.Embedding(cfg.vocab_size, cfg.d_model) if cfg.line_heads else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
@@ -220,12 +240,15 @@ class TinyTransformer(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def _embed(self, ids: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor, offsets: torch.Tensor | None = None,
+               heads: torch.Tensor | None = None) -> torch.Tensor:
         if int(positions.max()) >= self.cfg.max_len:
             raise ValueError(f"sequence position {int(positions.max())} exceeds max_len={self.cfg.max_len}; raise ModelConfig.max_len")
         x = self.tok_emb(ids)
         if self.line_emb is not None:
             x = x + self.line_emb(offsets)
+        if self.head_emb is not None:
+            x = x + self.head_emb(heads)
         return x + self.pos_emb(positions) if self.pos_emb is not None else x
 
     def _rotary(self, positions: torch.Tensor):
@@ -268,11 +291,12 @@ class TinyTransformer(nn.Module):
         mask = None  # causal: no mask to build or save
         if segment_ids is not None or in_prompt is not None:
             mask = attention_rule(segment_ids, in_prompt, L)
-        offsets = None
-        if self.line_emb is not None:
+        offsets = heads = None
+        if self.line_emb is not None or self.head_emb is not None:
             columns = torch.arange(L, device=input_ids.device).expand(B, L)
             offsets = line_offsets(input_ids, pos, index=columns)[0]
-        x, rot = self._embed(input_ids, pos, offsets), self._rotary(pos)
+            heads = line_heads(input_ids, offsets)[0] if self.head_emb is not None else None
+        x, rot = self._embed(input_ids, pos, offsets, heads), self._rotary(pos)
         same = same_word(input_ids, input_ids) if self.cfg.token_match else None
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, None, i, rot, same)
@@ -334,10 +358,13 @@ class TinyTransformer(nn.Module):
         own[torch.arange(k), s + torch.arange(k)] = True
         mask = mask | own[None, None]
         pos = torch.where(valid, positions, torch.zeros_like(positions))
-        offsets = None
-        if self.line_emb is not None:  # a line may have begun in an earlier call: the cache remembers where
+        offsets = heads = None
+        if self.line_emb is not None or self.head_emb is not None:
+            # a line may have begun in an earlier call: the cache remembers where, and its first word
             offsets, cache.line_start = line_offsets(ids, pos, cache.line_start, valid)
-        x, rot = self._embed(ids, pos, offsets), self._rotary(pos)
+            if self.head_emb is not None:
+                heads, cache.line_head = line_heads(ids, offsets, valid, cache.line_head)
+        x, rot = self._embed(ids, pos, offsets, heads), self._rotary(pos)
         same = same_word(ids, cache.ids[:, : s + k]) if self.cfg.token_match else None
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, cache, i, rot, same)
