@@ -753,7 +753,11 @@ def test_a_levers_sft_loss_is_set_beside_each_recipe_seeds_at_equal_demonstratio
     assert high["demo_share"] == {"crafting-full-seed0": 1.5, "crafting-full-seed1": 1.0}
     assert (mid["x"], mid["loss"], mid["verdict"]) == (9600, 1.1, "within")
     assert mid["demo_share"] == {"crafting-full-seed0": 1.0, "crafting-full-seed1": 9600 / 12800}
+    assert (mid["own_share"], high["own_share"], low["own_share"]) == (1.0, 1.5, None)  # against seed 0's
+    curves["lever-mid-seed1"] = curves["lever-mid"]
+    assert rf.loss_vs_recipe_facts(curves)["rows"]["lever-mid-seed1"]["own_share"] == 0.75
     assert f["counts"] == {"below": 1, "within": 1, "above": 1}
+    del curves["lever-mid-seed1"]
     assert f["left_out"] == {
         "lever-plan": "other demonstrations (plan=on_demand, the recipe's fetch_full)",
         "lever-obs": "a plug-in the recipe does not run (observation_loss)",

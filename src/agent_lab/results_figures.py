@@ -1368,8 +1368,10 @@ def loss_vs_recipe_facts(curves: dict[str, list[dict]], bases: tuple[str, ...] =
     the seeds' mean), ``verdict`` (:data:`LOSS_VERDICTS`: below every seed, above every seed or within) and,
     per seed, the demonstrations at which the seed's loss first came down to the lever's (``reached``; None
     where it had not before it mixed in recovery demonstrations) and ``x`` over them (``demo_share``: the share
-    of the recipe's demonstrations the lever needed for the same loss); ``counts`` per verdict; ``left_out``,
-    the other levers with the reason."""
+    of the recipe's demonstrations the lever needed for the same loss), and ``own_share``, that share against
+    the recipe on the lever's own seed (:func:`same_seed`; None where it is not committed or never came down
+    to it): the seeds differ among themselves, and the same draws set the lever apart from the seed's noise;
+    ``counts`` per verdict; ``left_out``, the other levers with the reason."""
     seeds = [b for b in bases if b in curves]
     rows, left_out = {}, {}
     for name in (n for n in curves if n.startswith("lever-")):
@@ -1389,9 +1391,10 @@ def loss_vs_recipe_facts(curves: dict[str, list[dict]], bases: tuple[str, ...] =
         verdict = "below" if loss < min(recipe.values()) else "above" if loss > max(recipe.values()) else "within"
         whole = {b: sft_losses(curves[b], recovery_from(curves[b][0])) for b in seeds}
         reached = {b: min((x2 for x2, l2 in t.items() if l2 <= loss), default=None) for b, t in whole.items()}
+        share = {b: x / r for b, r in reached.items() if r is not None}
         rows[name] = {"x": x, "loss": loss, "recipe": recipe, "ratio": loss / (sum(recipe.values()) / len(recipe)),
-                      "verdict": verdict, "reached": reached,
-                      "demo_share": {b: x / r for b, r in reached.items() if r is not None}}
+                      "verdict": verdict, "reached": reached, "demo_share": share,
+                      "own_share": share.get(same_seed(name, seeds[0]))}
     return {"seeds": seeds, "rows": rows, "left_out": left_out,
             "counts": {v: sum(r["verdict"] == v for r in rows.values()) for v in LOSS_VERDICTS}}
 
