@@ -859,7 +859,7 @@ def mistakes_figure(curves: dict[str, list[dict]], level: str = "level 3", kind:
 # ----------------------------------------------------------------------------- the imitation loss by role
 #: The roles (``bench/_action_nll.py``) whose token names an item: which base item to fetch, which item to craft.
 ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
-LINESTYLES = ("-", "--", ":", "-.")
+LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
 
 def role_loss_points(lines: list[dict], level: str) -> dict[str, Curve]:
@@ -913,7 +913,8 @@ def role_loss_figure(curves: dict[str, list[dict]], levels: tuple[str, ...] = ("
             points = role_loss_points(lines, level)
             for j, role in enumerate(roles):
                 if points.get(role):
-                    ax.plot(*zip(*points[role]), color=COLORS[j % 10], ls=LINESTYLES[k % 4], lw=1.4, marker="o", ms=2)
+                    ax.plot(*zip(*points[role]), color=COLORS[j % 10], ls=LINESTYLES[k % len(LINESTYLES)], lw=1.4,
+                            marker="o", ms=2)
         ax.set_xlabel(CURVE_X["budget"], fontsize=8)
         ax.xaxis.set_major_formatter(THOUSANDS)
         ax.set_ylim(bottom=0)
@@ -923,7 +924,7 @@ def role_loss_figure(curves: dict[str, list[dict]], levels: tuple[str, ...] = ("
     for j, role in enumerate(roles):
         axes[0].plot([], [], color=COLORS[j % 10], label=role)
     for k, (name, lines) in enumerate(shown.items()):
-        axes[0].plot([], [], color="grey", ls=LINESTYLES[k % 4], label=name)
+        axes[0].plot([], [], color="grey", ls=LINESTYLES[k % len(LINESTYLES)], label=name)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
     fig.tight_layout(rect=(0, legend, 1, 1))
     return fig
