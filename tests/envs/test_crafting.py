@@ -521,6 +521,40 @@ def test_the_ready_first_plan_crafts_the_first_listed_recipe_still_needed_whose_
     assert reordered or level == 1  # on deeper worlds a ready craft is often listed before a shallower one
 
 
+@pytest.mark.parametrize("plan", ["shuffled", "ready_first"])
+def test_the_shuffled_plan_breaks_every_tie_at_random_once_per_world(plan):
+    env = make_env("crafting", plan=plan, train_levels=[3])
+    tasks = [generate_world(seed, 3) for seed in range(200)]
+    assert env.optimal_success(tasks) == 1.0
+    first_get_rank, first_craft_rank = collections.Counter(), collections.Counter()
+    for task, demo in zip(tasks, env.demonstrations(tasks)):
+        actions = [a for _, a in demo]
+        assert actions == env.planner_plan(dict(task)) and len(actions) == optimal_steps(task)  # fixed per world
+        assert sorted(actions) == sorted(shortest_plan(task, full_stacks=True))
+        inv = {}
+        for a in actions:  # every craft is ready when it is made
+            if a.startswith("craft"):
+                assert all(inv.get(y, 0) >= n for y, n in task["recipes"][a.split()[1]]["needs"].items())
+            inv = apply_action(task, inv, a)
+        gets = sorted({a.split()[1] for a in actions if a.startswith("get")})
+        first_get_rank[gets.index(actions[0].split()[1])] += 1
+        inv = {}
+        for a in actions:
+            if a.startswith("craft"):  # the first craft, among the crafts ready then, in the prompt's order
+                ready = [x for x in task["shown"] if x in {c.split()[1] for c in actions if c.startswith("craft")}
+                         and all(inv.get(y, 0) >= n for y, n in task["recipes"][x]["needs"].items())]
+                first_craft_rank[ready.index(a.split()[1])] += 1
+                break
+            inv = apply_action(task, inv, a)
+    # ready_first takes the alphabetically first get and the first listed ready craft, always; the shuffled plan
+    # takes each of the first three ranks on at least a tenth of the worlds
+    if plan == "ready_first":
+        assert set(first_get_rank) == set(first_craft_rank) == {0}
+    else:
+        assert all(first_get_rank[r] >= 20 for r in range(3)), first_get_rank
+        assert first_craft_rank[0] < 180 and first_craft_rank[1] >= 20, first_craft_rank
+
+
 def test_full_stacks_stop_at_the_stack_limit():
     world = {"goal": "axe", "base": ["anvil"], "recipes": {"axe": {"yield": 1, "needs": {"anvil": 99}}},
              "shown": ["axe"], "budget": 99}

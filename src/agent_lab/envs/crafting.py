@@ -35,7 +35,10 @@ the thought names the base items and crafts in the reverse order of its lines
 (:func:`~agent_lab.envs.crafting_world.thought_plan`), and with ``think`` the thought lists parents before
 children, so every action after it is the next entry of a list the policy has just written; ``"ready_first"``
 fetches as ``"fetch_full"`` does, then always crafts the first listed recipe the goal still needs whose ingredients
-are held (:func:`~agent_lab.envs.crafting_world.ready_first_plan`), read off the prompt and the inventory.
+are held (:func:`~agent_lab.envs.crafting_world.ready_first_plan`), read off the prompt and the inventory;
+``"shuffled"`` is ``"ready_first"`` with a random ranking of the items, fixed per world, in place of the prompt's
+order (:func:`~agent_lab.envs.crafting_world.shuffled_plan`), so where several actions keep the plan shortest the
+demonstrations show each of them as likely, and no order of items is left to learn.
 
 Thinking (``think=True``, after ReAct's free-text thoughts): the first action may be ``think <any words>``;
 the environment answers ``ok`` without reading the words or spending a step of the budget, and a second
@@ -115,6 +118,7 @@ from agent_lab.envs.crafting_world import (
     ready_first_plan,
     recipe_line,
     shortest_plan,
+    shuffled_plan,
     thought,
     thought_plan,
 )
@@ -130,6 +134,7 @@ PLANS = {
     "on_demand": on_demand_plan,
     "follow_thought": thought_plan,
     "ready_first": ready_first_plan,
+    "shuffled": shuffled_plan,
 }
 # Seed offsets of the splits: training worlds use seeds below 1e6, each evaluation split its own range.
 _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "deeper": 3_000_000}

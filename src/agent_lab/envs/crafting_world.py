@@ -47,6 +47,7 @@ __all__ = [
     "plan_length",
     "shortest_plan",
     "ready_first_plan",
+    "shuffled_plan",
     "thought_plan",
     "on_demand_action",
     "on_demand_plan",
@@ -350,13 +351,35 @@ def ready_first_plan(world: Mapping, inventory: Mapping[str, int] | None = None,
     since production covers demand, and following shortages down ends at an item whose ingredients are held.
     So the next craft reads off the prompt's lines and the inventory, with no depth or tree rank to work out.
     """
+    return _ready_plan(world, inventory, max_get, None, [*world["shown"]])
+
+
+def shuffled_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
+    """:func:`ready_first_plan` with the prompt's order replaced by a random ranking of the world's items, drawn
+    from a generator seeded by the world itself (its ``seed`` and goal), so a world always gets the same plan.
+
+    Full-stack ``get`` s of the needed base items come first, in that ranking's order, then each craft is the
+    best-ranked recipe the goal still needs whose ingredients are held. Across worlds no rank of item words
+    decides any tie, so where several actions keep the plan shortest the demonstrated one is as likely any of
+    them: the imitation target is which items the goal needs and which crafts are ready, not an order of them.
+    """
+    items = sorted({*world["base"], *world["recipes"]})
+    random.Random(f"{world.get('seed')}/{world['goal']}").shuffle(items)
+    return _ready_plan(world, inventory, max_get, items, items)
+
+
+def _ready_plan(
+    world: Mapping, inventory: Mapping[str, int] | None, max_get: int, gets: list[str] | None, crafts_order: list[str]
+) -> list[str]:
+    """Full-stack gets of what :func:`craft_counts` fetches (alphabetically, or in the order ``gets``), then
+    crafts, each the first of ``crafts_order`` still needed whose ingredients are held."""
     inv = dict(inventory or {})
     crafts, fetch = craft_counts(world, inv)
-    plan = _gets(fetch, sorted(fetch), inv, max_get, True)
+    plan = _gets(fetch, sorted(fetch) if gets is None else [b for b in gets if b in fetch], inv, max_get, True)
     for action in plan:
         inv = apply_action(world, inv, action)
     recipes, left = world["recipes"], dict(crafts)
-    order = [*world["shown"], *sorted(set(crafts) - set(world["shown"]))]  # a hand-made world may list fewer
+    order = [*crafts_order, *sorted(set(crafts) - set(crafts_order))]  # a hand-made world may list fewer
     while left:
         item = next(x for x in order if left.get(x)
                     and all(inv.get(y, 0) >= n for y, n in recipes[x]["needs"].items()))
