@@ -9,6 +9,12 @@ prompt alone (no craft has happened yet), the later ones also from the inventory
 The score is the negative log-likelihood under the distribution the rollout samples from (the structural
 masks applied, temperature 1): its per-token mean over the worlds of a level is the imitation loss of that
 level, and the roles' shares of its sum say which decisions the loss is made of.
+
+An item the planner names is one of several wherever other actions keep the plan as short
+(:func:`~agent_lab.envs.crafting_world.shortest_next`): its score then also charges the order the planner breaks
+ties in. ``set_nll``, on the item roles, is ``-log`` of the probability the policy puts on all of those items
+(the verb as the planner wrote it): what the policy has learnt of which items the goal needs and which crafts are
+ready, the same measure whichever order a plan breaks ties in, so it compares policies trained on other plans.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from collections import defaultdict
 
 import torch
 
+from agent_lab.envs.crafting_world import apply_action, shortest_next
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.rollout import demonstration_batch
 from agent_lab.update import policy_logits
 
 #: Roles in the order a figure lists them.
 ROLES = ("verb", "get item", "get count", "craft item, first", "craft item, later", "thought", "end", "other")
+#: The roles of the item an action names, which :func:`action_nll` also scores as a set (``set_nll``).
+ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
 
 
 def action_roles(tokens: list[str], crafted_before: bool) -> list[str]:
@@ -44,29 +53,40 @@ def action_roles(tokens: list[str], crafted_before: bool) -> list[str]:
 def action_nll(model: torch.nn.Module, env, tokenizer, tasks: list[dict], group=lambda t: f"level {t['level']}"
                ) -> dict[str, dict[str, dict]]:
     """Per task group (``group(task)``, by default its level) and role (:data:`ROLES`): ``{"tokens": n,
-    "nll": mean nats per token, "share": the role's part of the group's summed nats}``, the planner's
-    demonstrations of ``tasks`` scored by ``model`` (no gradients; its training mode is restored)."""
+    "nll": mean nats per token, "share": the role's part of the group's summed nats}``, and on the item roles
+    (:data:`ITEM_ROLES`) ``"set_nll"``: the mean of ``-log`` the probability of the items that keep the plan
+    shortest. The planner's demonstrations of ``tasks`` are scored by ``model`` (no gradients; its training mode
+    is restored)."""
     batch = demonstration_batch(env, tokenizer, tasks)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            lp = token_logprobs(policy_logits(model, batch, 1.0), batch.input_ids[:, 1:])
+            logits = policy_logits(model, batch, 1.0)
+            lp = token_logprobs(logits, batch.input_ids[:, 1:])
+            norm = torch.logsumexp(logits, -1)
     finally:
         model.train(was_training)
-    sums: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
+    sums: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0, 0.0]))
     for r, task in enumerate(tasks):
-        turns, targets, crafted = batch.turn_ids[r], batch.input_ids[r, 1:], False
+        turns, targets, crafted, inv = batch.turn_ids[r], batch.input_ids[r, 1:], False, {}
         for t in sorted(set(turns.tolist()) - {-1}):
             pos = (turns == t).nonzero()[:, 0].tolist()
             words = [tokenizer.vocab[int(targets[p])] for p in pos]
-            for p, role in zip(pos, action_roles(words, crafted)):
-                sums[group(task)][role][0] -= float(lp[r, p])
-                sums[group(task)][role][1] += 1
+            for i, (p, role) in enumerate(zip(pos, action_roles(words, crafted))):
+                s = sums[group(task)][role]
+                s[0] -= float(lp[r, p])
+                s[1] += 1
+                if role in ITEM_ROLES and i == 1:
+                    ids = [tokenizer.index[x] for x in shortest_next(task, inv, env.max_get)[words[0]]]
+                    s[2] -= float(torch.logsumexp(logits[r, p, ids], 0) - norm[r, p])
+            if words[0] in ("get", "craft"):
+                inv = apply_action(task, inv, " ".join(words[:-1]))
             crafted = crafted or words[0] == "craft"
     out = {}
     for g, roles in sorted(sums.items()):
-        total = sum(s for s, _ in roles.values())
-        out[g] = {role: {"tokens": roles[role][1], "nll": roles[role][0] / roles[role][1],
-                         "share": roles[role][0] / total if total else 0.0} for role in ROLES if role in roles}
+        total = sum(s for s, _, _ in roles.values())
+        out[g] = {role: {"tokens": n, "nll": s / n, "share": s / total if total else 0.0,
+                         **({"set_nll": set_s / n} if role in ITEM_ROLES else {})}
+                  for role in ROLES if role in roles for s, n, set_s in [roles[role]]}
     return out

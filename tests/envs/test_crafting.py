@@ -28,6 +28,7 @@ from agent_lab.envs.crafting_world import (
     on_demand_action,
     on_demand_plan,
     optimal_steps,
+    shortest_next,
     shortest_plan,
 )
 
@@ -78,6 +79,30 @@ def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held
     if steps:  # the other planners are as short from any inventory
         assert len(on_demand_plan(world, inventory, max_get=2)) == steps
         assert len(shortest_plan(world, inventory, max_get=2, full_stacks=True)) == steps
+
+
+@settings(max_examples=30, deadline=None)
+@given(ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40), held=st.lists(st.integers(0, 3), min_size=6, max_size=6))
+def test_the_shortest_next_items_are_exactly_those_breadth_first_search_finds_one_step_closer(ints, held):
+    world = tiny_world(ints, 2, 3)
+    inventory = {x: n for x, n in zip([*world["base"], *world["recipes"]], held) if n and x != world["goal"]}
+    steps = optimal_steps(world, inventory, max_get=2)
+    assume(0 < steps <= 6)
+    found = {"get": set(), "craft": set()}
+    for b in world["base"]:
+        after = apply_action(world, inventory, f"get {b} {min(2, 99 - inventory.get(b, 0))}")
+        found["get"] |= {b} if bfs_min_steps(world, 2, steps - 1, after) == steps - 1 else set()
+    for x, recipe in world["recipes"].items():
+        if all(inventory.get(y, 0) >= n for y, n in recipe["needs"].items()):
+            done = x == world["goal"] and steps == 1
+            after = apply_action(world, inventory, f"craft {x}")
+            found["craft"] |= {x} if done or (x != world["goal"] and bfs_min_steps(world, 2, steps - 1, after)
+                                              == steps - 1) else set()
+    assert shortest_next(world, inventory, max_get=2) == found
+    for name, plan in PLANS.items():  # every full-stack plan's next action is one of them
+        if name != "fetch_first":
+            verb, item = plan(world, inventory, 2)[0].split()[:2]
+            assert item in found[verb], name
 
 
 @pytest.mark.parametrize("level", [1, 2, 3, 4])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 import sys
 from pathlib import Path
 
@@ -10,11 +11,12 @@ import pytest
 import torch
 
 from agent_lab.envs import make_env
+from agent_lab.envs.crafting_world import apply_action, shortest_next
 from agent_lab.policy import WordTokenizer
 from agent_lab.rollout import demonstration_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from _action_nll import ROLES, action_nll, action_roles  # noqa: E402
+from _action_nll import ITEM_ROLES, ROLES, action_nll, action_roles  # noqa: E402
 
 
 class Uniform(torch.nn.Module):
@@ -85,3 +87,33 @@ def test_a_policy_that_knows_each_next_token_scores_nearly_nothing_and_keeps_its
     assert sum(g.get(k, {}).get("tokens", 0) for g in out.values()
                for k in ("craft item, first", "craft item, later")) == crafts
     assert sum(g["craft item, first"]["tokens"] for g in out.values()) == len(tasks)
+
+
+def test_the_set_score_charges_only_the_items_that_keep_the_plan_shortest(setting):
+    """A uniform policy puts ``k / n`` on a set of k of the n items its position allows; the oracle, which knows
+    the planner's item, at least that item's probability. Ties arise, so the two uniform scores differ."""
+    env, tok, tasks = setting
+    V = len(tok.vocab)
+    out, known = action_nll(Uniform(V), env, tok, tasks), action_nll(Oracle(V), env, tok, tasks)
+    batch = demonstration_batch(env, tok, tasks)
+    for level in (1, 2, 3):
+        expected = defaultdict(list)
+        for r in [r for r, t in enumerate(tasks) if t["level"] == level]:
+            task, inv, crafted = tasks[r], {}, False
+            turns = batch.turn_ids[r]
+            for t, (_, action) in enumerate(env.demonstrations([task])[0]):
+                verb, item = action.split()[:2]
+                items = shortest_next(task, inv, env.max_get)[verb]
+                at = int((turns == t).nonzero()[1, 0])  # the item's position: the action's second token
+                assert item in items and tok.vocab[int(batch.input_ids[r, at + 1])] == item
+                allowed = int(batch.allowed_tokens[r, at].sum())
+                role = "get item" if verb == "get" else "craft item, later" if crafted else "craft item, first"
+                expected[role].append(math.log(allowed / len(items)))
+                inv, crafted = apply_action(task, inv, action), crafted or verb == "craft"
+        got = out[f"level {level}"]
+        assert set(got) & set(ITEM_ROLES) == set(expected)
+        for role, scores in expected.items():
+            assert got[role]["set_nll"] == pytest.approx(sum(scores) / len(scores), rel=1e-5), (level, role)
+            assert got[role]["set_nll"] <= got[role]["nll"] + 1e-6
+            assert 0 <= known[f"level {level}"][role]["set_nll"] < V * math.exp(-30.0)
+    assert any(out[g][r]["set_nll"] < out[g][r]["nll"] - 1e-3 for g in out for r in ITEM_ROLES if r in out[g])

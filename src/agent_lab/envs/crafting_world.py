@@ -48,6 +48,7 @@ __all__ = [
     "shortest_plan",
     "ready_first_plan",
     "shuffled_plan",
+    "shortest_next",
     "thought_plan",
     "on_demand_action",
     "on_demand_plan",
@@ -233,6 +234,26 @@ def optimal_steps(world: Mapping, inventory: Mapping[str, int] | None = None, ma
     """The minimal number of steps that craft the goal from ``inventory`` (empty by default)."""
     crafts, fetch = craft_counts(world, inventory or {})
     return plan_length(crafts, fetch, max_get)
+
+
+def shortest_next(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> dict[str, set[str]]:
+    """Per verb, the items whose action keeps a plan shortest from ``inventory``: ``{"get": bases, "craft":
+    recipes}``, each a full-stack ``get`` (``max_get``, less where the stack would pass :data:`MAX_STACK`) or a
+    ``craft`` whose ingredients are held, after which :func:`optimal_steps` is one less (crafting the goal ends
+    the task). Every full-stack shortest plan's next action is among them, whatever order it breaks ties in.
+    """
+    inv = dict(inventory or {})
+    now, out = optimal_steps(world, inv, max_get), {"get": set(), "craft": set()}
+    for b in world["base"]:
+        n = min(max_get, MAX_STACK - int(inv.get(b, 0)))
+        if n > 0 and optimal_steps(world, apply_action(world, inv, f"get {b} {n}"), max_get) == now - 1:
+            out["get"].add(b)
+    for x, recipe in world["recipes"].items():
+        if all(inv.get(y, 0) >= n for y, n in recipe["needs"].items()) and (
+                now == 1 if x == world["goal"] else optimal_steps(world, apply_action(world, inv, f"craft {x}"),
+                                                                  max_get) == now - 1):
+            out["craft"].add(x)
+    return out
 
 
 def shortest_plan(
