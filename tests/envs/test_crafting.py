@@ -67,11 +67,22 @@ def test_planner_minimum_equals_breadth_first_search_on_small_worlds(ints, n_bas
     assert len(on_demand_plan(world, max_get=max_get)) == steps
 
 
-@settings(max_examples=30, deadline=None)
-@given(ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40), held=st.lists(st.integers(0, 3), min_size=6, max_size=6))
-def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held):
+def partial_inventories(test):
+    """30 hypothesis draws of ``ints`` and ``held`` for :func:`tiny_world_holding`."""
+    return settings(max_examples=30, deadline=None)(given(
+        ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40),
+        held=st.lists(st.integers(0, 3), min_size=6, max_size=6))(test))
+
+
+def tiny_world_holding(ints: list[int], held: list[int]) -> tuple[dict, dict]:
+    """A :func:`tiny_world` with 2 base and 3 craftable items, and ``held`` units of each but the goal."""
     world = tiny_world(ints, 2, 3)
-    inventory = {x: n for x, n in zip([*world["base"], *world["recipes"]], held) if n and x != world["goal"]}
+    return world, {x: n for x, n in zip([*world["base"], *world["recipes"]], held) if n and x != world["goal"]}
+
+
+@partial_inventories
+def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held):
+    world, inventory = tiny_world_holding(ints, held)
     steps = optimal_steps(world, inventory, max_get=2)
     assume(steps <= 7)
     assert bfs_min_steps(world, max_get=2, max_steps=steps, inventory=inventory) == steps
@@ -81,11 +92,9 @@ def test_planner_from_a_partial_inventory_equals_breadth_first_search(ints, held
         assert len(shortest_plan(world, inventory, max_get=2, full_stacks=True)) == steps
 
 
-@settings(max_examples=30, deadline=None)
-@given(ints=st.lists(st.integers(0, 1000), min_size=40, max_size=40), held=st.lists(st.integers(0, 3), min_size=6, max_size=6))
+@partial_inventories
 def test_the_shortest_next_items_are_exactly_those_breadth_first_search_finds_one_step_closer(ints, held):
-    world = tiny_world(ints, 2, 3)
-    inventory = {x: n for x, n in zip([*world["base"], *world["recipes"]], held) if n and x != world["goal"]}
+    world, inventory = tiny_world_holding(ints, held)
     steps = optimal_steps(world, inventory, max_get=2)
     assume(0 < steps <= 6)
     found = {"get": set(), "craft": set()}
