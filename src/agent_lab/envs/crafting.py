@@ -37,8 +37,8 @@ children, so every action after it is the next entry of a list the policy has ju
 fetches as ``"fetch_full"`` does, then always crafts the first listed recipe the goal still needs whose ingredients
 are held (:func:`~agent_lab.envs.crafting_world.ready_first_plan`), read off the prompt and the inventory;
 ``"shuffled"`` is ``"ready_first"`` with a random ranking of the items, fixed per world, in place of the prompt's
-order (:func:`~agent_lab.envs.crafting_world.shuffled_plan`), so where several actions keep the plan shortest the
-demonstrations show each of them as likely, and no order of items is left to learn.
+order (:func:`~agent_lab.envs.crafting_world.shuffled_plan`), so no rank of item words decides which of several
+actions that keep the plan shortest a demonstration shows, and no order of items is left to learn.
 
 Thinking (``think=True``, after ReAct's free-text thoughts): the first action may be ``think <any words>``;
 the environment answers ``ok`` without reading the words or spending a step of the budget, and a second

@@ -381,8 +381,9 @@ def shuffled_plan(world: Mapping, inventory: Mapping[str, int] | None = None, ma
 
     Full-stack ``get`` s of the needed base items come first, in that ranking's order, then each craft is the
     best-ranked recipe the goal still needs whose ingredients are held. Across worlds no rank of item words
-    decides any tie, so where several actions keep the plan shortest the demonstrated one is as likely any of
-    them: the imitation target is which items the goal needs and which crafts are ready, not an order of them.
+    decides a tie: where several actions keep the plan shortest (:func:`shortest_next`), the first of them is
+    demonstrated equally often across worlds, so what is left to imitate is which items the goal needs and which
+    crafts are ready, not an order of them.
     """
     items = sorted({*world["base"], *world["recipes"]})
     random.Random(f"{world.get('seed')}/{world['goal']}").shuffle(items)
