@@ -23,15 +23,13 @@ from collections import defaultdict
 
 import torch
 
+from agent_lab.envs.crafting import ACTION_ROLES as ROLES
+from agent_lab.envs.crafting import ITEM_ROLES
 from agent_lab.envs.crafting_world import apply_action, shortest_next
 from agent_lab.estimators.logprobs import token_logprobs
 from agent_lab.rollout import demonstration_batch
 from agent_lab.update import policy_logits
 
-#: Roles in the order a figure lists them.
-ROLES = ("verb", "get item", "get count", "craft item, first", "craft item, later", "thought", "end", "other")
-#: The roles of the item an action names, which :func:`action_nll` also scores as a set (``set_nll``).
-ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
 
 
 def action_roles(tokens: list[str], crafted_before: bool) -> list[str]:

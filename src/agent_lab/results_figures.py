@@ -17,6 +17,8 @@ from collections import defaultdict
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from agent_lab.envs.crafting import ITEM_ROLES
+
 #: Figures are drawn this many inches wide: at the book's resolution they fit its text column unscaled.
 WIDTH = 7.0
 THIN = {"lw": 0.8, "alpha": 0.45}
@@ -857,8 +859,6 @@ def mistakes_figure(curves: dict[str, list[dict]], level: str = "level 3", kind:
 
 
 # ----------------------------------------------------------------------------- the imitation loss by role
-#: The roles (``bench/_action_nll.py``) whose token names an item: which base item to fetch, which item to craft.
-ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1)), (0, (3, 1, 1, 1, 1, 1)))
 
 
@@ -876,7 +876,7 @@ def role_loss_points(lines: list[dict], level: str) -> dict[str, Curve]:
 def role_loss_facts(curves: dict[str, list[dict]], levels: tuple[str, ...] = ("level 2", "level 3")) -> dict:
     """For each curve whose sample evaluations carry ``nll``, its first and last such evaluation (``first``,
     ``last``: step and demonstrations + episodes ``x``) and there, per level of ``levels``: each role's
-    ``nll`` and ``share`` of the level's summed nats, ``items`` (the summed share of :data:`ITEM_ROLES`)
+    ``nll`` and ``share`` of the level's summed nats, ``items`` (the summed share of :data:`~agent_lab.envs.crafting.ITEM_ROLES`)
     and ``largest`` (the role with the largest share)."""
     out = {}
     for name, lines in curves.items():

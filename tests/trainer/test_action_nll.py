@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest

@@ -123,7 +123,7 @@ from agent_lab.envs.crafting_world import (
     thought_plan,
 )
 
-__all__ = ["Crafting", "SHAPINGS", "PLANS", "MISTAKES", "first_mistake"]
+__all__ = ["Crafting", "SHAPINGS", "PLANS", "MISTAKES", "ACTION_ROLES", "ITEM_ROLES", "first_mistake"]
 
 SHAPINGS = ("none", "first_craft", "distance")
 # The demonstrator's plan: all are shortest; see shortest_plan and on_demand_plan.
@@ -141,6 +141,11 @@ _SPLIT_SEEDS = {"train": 0, "test": 1_000_000, "held_out_goals": 2_000_000, "dee
 _KEYWORDS = ["goal", "recipes", "=", "base", "steps", "get", "craft", "ok", "invalid", "success", "inventory", "empty"]
 _THINK_WORDS = ["think", ";"]  # added to the vocabulary only with think=True (other runs keep their vocabulary)
 #: What :func:`first_mistake` calls the first departure of a failed episode from the goal's plans.
+#: What each token of an action does (``bench/_action_nll.py`` scores the imitation loss by them, the results page
+#: draws them), in the order a figure lists them; a craft's item is the episode's first craft or a later one.
+ACTION_ROLES = ("verb", "get item", "get count", "craft item, first", "craft item, later", "thought", "end", "other")
+#: The roles whose token names an item: which base item to fetch, which item to craft.
+ITEM_ROLES = ("get item", "craft item, first", "craft item, later")
 MISTAKES = {
     "off_tree": "off the goal's tree",  # names an item the goal does not need: another recipe read
     "order": "an intermediate not crafted yet",  # a craft before one of its crafted ingredients

@@ -372,7 +372,7 @@ def ready_first_plan(world: Mapping, inventory: Mapping[str, int] | None = None,
     since production covers demand, and following shortages down ends at an item whose ingredients are held.
     So the next craft reads off the prompt's lines and the inventory, with no depth or tree rank to work out.
     """
-    return _ready_plan(world, inventory, max_get, None, [*world["shown"]])
+    return _ready_plan(world, inventory, max_get, sorted(world["base"]), [*world["shown"]])
 
 
 def shuffled_plan(world: Mapping, inventory: Mapping[str, int] | None = None, max_get: int = 8) -> list[str]:
@@ -391,13 +391,13 @@ def shuffled_plan(world: Mapping, inventory: Mapping[str, int] | None = None, ma
 
 
 def _ready_plan(
-    world: Mapping, inventory: Mapping[str, int] | None, max_get: int, gets: list[str] | None, crafts_order: list[str]
+    world: Mapping, inventory: Mapping[str, int] | None, max_get: int, gets_order: list[str], crafts_order: list[str]
 ) -> list[str]:
-    """Full-stack gets of what :func:`craft_counts` fetches (alphabetically, or in the order ``gets``), then
-    crafts, each the first of ``crafts_order`` still needed whose ingredients are held."""
+    """Full-stack gets of what :func:`craft_counts` fetches, in ``gets_order``, then crafts, each the first of
+    ``crafts_order`` still needed whose ingredients are held."""
     inv = dict(inventory or {})
     crafts, fetch = craft_counts(world, inv)
-    plan = _gets(fetch, sorted(fetch) if gets is None else [b for b in gets if b in fetch], inv, max_get, True)
+    plan = _gets(fetch, [b for b in gets_order if b in fetch], inv, max_get, True)
     for action in plan:
         inv = apply_action(world, inv, action)
     recipes, left = world["recipes"], dict(crafts)
